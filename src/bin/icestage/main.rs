@@ -1,0 +1,94 @@
+//! `icestage`: an interactive SQL shell over Iceberg catalogs with icestage's
+//! statements, built on datafusion-cli's printing.
+
+mod shell;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use datafusion::prelude::SessionContext;
+use datafusion_cli::print_format::PrintFormat;
+use datafusion_cli::print_options::MaxRows;
+use icestage::IcestageConfig;
+
+use crate::shell::Shell;
+
+/// Staged bulk uploads and downloads over Apache Iceberg, in SQL.
+#[derive(Debug, Parser)]
+#[command(name = "icestage", version, about)]
+struct Args {
+    /// Run this SQL (statements separated by ';'); repeatable, then exit.
+    #[arg(short = 'c', long = "command")]
+    commands: Vec<String>,
+
+    /// Run the SQL script in FILE; repeatable, then exit.
+    #[arg(short = 'f', long = "file")]
+    files: Vec<PathBuf>,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = PrintFormat::Automatic)]
+    format: PrintFormat,
+
+    /// Print only results: no row counts or timings.
+    #[arg(short, long)]
+    quiet: bool,
+
+    /// Rows shown per result in table format ('inf' for all).
+    #[arg(long, default_value = "40")]
+    maxrows: MaxRows,
+
+    /// Folder of the embedded catalog (SQLite file and warehouse), created on first use.
+    #[arg(long, default_value = "./warehouse", conflicts_with = "catalog_config")]
+    warehouse: PathBuf,
+
+    /// TOML file with one [[catalogs]] entry per catalog, instead of --warehouse.
+    #[arg(long)]
+    catalog_config: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> icestage::Result<ExitCode> {
+    let config = match &args.catalog_config {
+        Some(path) => IcestageConfig::from_toml_file(path)?,
+        None => IcestageConfig::embedded(&args.warehouse)?,
+    };
+    let ctx = SessionContext::new();
+    icestage::register(&ctx, config).await?;
+    let interactive = args.commands.is_empty() && args.files.is_empty();
+    let format = match args.format {
+        PrintFormat::Automatic if interactive => PrintFormat::Table,
+        PrintFormat::Automatic => PrintFormat::Table,
+        other => other,
+    };
+    let mut shell = Shell::new(ctx, format, args.quiet, args.maxrows);
+    if interactive {
+        shell.repl().await;
+        return Ok(ExitCode::SUCCESS);
+    }
+    for command in &args.commands {
+        if !shell.run_script(command).await {
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    for file in &args.files {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            icestage::Error::InvalidInput(format!("cannot read script '{}': {e}", file.display()))
+        })?;
+        if !shell.run_script(&text).await {
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,350 @@
+//! SQL table definitions to Iceberg: column types, `PARTITION BY` transforms
+//! and table properties.
+//!
+//! DataFusion plans `CREATE TABLE` into an Arrow schema (its own type mapping
+//! and nullability); this module maps that schema onto Iceberg types, with the
+//! units Iceberg v2 stores (timestamps and times in microseconds).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema as ArrowSchema, TimeUnit};
+use datafusion::sql::sqlparser::ast::{
+    CreateTableOptions, Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments,
+    SqlOption, Value,
+};
+use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
+use datafusion::arrow::array::{RecordBatch, UInt64Array};
+use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
+use iceberg::{NamespaceIdent, TableCreation};
+
+use crate::catalog::provider::insert_into;
+use crate::error::{Error, Result};
+use crate::plan::command::{CommandContext, CreateTable};
+
+/// The Iceberg schema for a table whose columns DataFusion planned as `arrow`.
+/// Field ids are assigned from 1, as a new table gets them.
+pub(crate) fn iceberg_schema(arrow: &ArrowSchema) -> Result<Schema> {
+    let fields: Vec<FieldRef> = arrow
+        .fields()
+        .iter()
+        .map(|f| storable_field(f))
+        .collect::<Result<_>>()?;
+    Ok(arrow_schema_to_schema_auto_assign_ids(&ArrowSchema::new(fields))?)
+}
+
+/// `field` with its type changed to one Iceberg v2 stores.
+fn storable_field(field: &FieldRef) -> Result<FieldRef> {
+    let data_type = storable_type(field.name(), field.data_type())?;
+    Ok(Arc::new(Field::new(field.name(), data_type, field.is_nullable())))
+}
+
+fn storable_type(column: &str, data_type: &DataType) -> Result<DataType> {
+    const UTC: &str = "+00:00";
+    Ok(match data_type {
+        DataType::Timestamp(_, None) => DataType::Timestamp(TimeUnit::Microsecond, None),
+        DataType::Timestamp(_, Some(_)) => {
+            DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into()))
+        }
+        DataType::Time32(_) | DataType::Time64(_) => DataType::Time64(TimeUnit::Microsecond),
+        DataType::Null => {
+            return Err(Error::invalid(format!(
+                "column '{column}' has no type (an untyped NULL): cast it, e.g. CAST(NULL AS VARCHAR)"
+            )));
+        }
+        DataType::UInt64 => {
+            return Err(Error::invalid(format!(
+                "column '{column}' is an unsigned 64-bit integer, which Iceberg cannot store: \
+                 use BIGINT, or DECIMAL(20, 0) for the full range"
+            )));
+        }
+        DataType::Dictionary(_, value) => storable_type(column, value)?,
+        DataType::List(item) | DataType::LargeList(item) | DataType::ListView(item) => {
+            DataType::List(storable_field(item)?)
+        }
+        DataType::Struct(fields) => DataType::Struct(
+            fields
+                .iter()
+                .map(storable_field)
+                .collect::<Result<Fields>>()?,
+        ),
+        DataType::Map(entries, sorted) => DataType::Map(storable_field(entries)?, *sorted),
+        other => other.clone(),
+    })
+}
+
+/// The partition spec of `PARTITION BY (<transform>, ...)` over `schema`.
+///
+/// Accepts bare column names (identity) and the transforms Iceberg defines,
+/// in Spark's spelling: `year(c)`/`years(c)`, `month(s)`, `day(s)`,
+/// `hour(s)`, `bucket(N, c)`, `truncate(N, c)`, `identity(c)`.
+pub(crate) fn partition_spec(by: &SqlExpr, schema: &Schema) -> Result<UnboundPartitionSpec> {
+    let items: Vec<&SqlExpr> = match by {
+        SqlExpr::Tuple(items) => items.iter().collect(),
+        SqlExpr::Nested(inner) => vec![inner.as_ref()],
+        single => vec![single],
+    };
+    let mut builder = UnboundPartitionSpec::builder();
+    for item in items {
+        let (column, transform) = partition_item(item)?;
+        let field = schema.field_by_name(&column).ok_or_else(|| {
+            Error::invalid(format!(
+                "PARTITION BY names column '{column}', which the table does not have: \
+                 partition by one of its columns ({})",
+                column_names(schema)
+            ))
+        })?;
+        let name = match transform {
+            Transform::Identity => column.clone(),
+            Transform::Bucket(_) => format!("{column}_bucket"),
+            Transform::Truncate(_) => format!("{column}_trunc"),
+            Transform::Year => format!("{column}_year"),
+            Transform::Month => format!("{column}_month"),
+            Transform::Day => format!("{column}_day"),
+            Transform::Hour => format!("{column}_hour"),
+            _ => format!("{column}_{transform}"),
+        };
+        builder = builder.add_partition_field(field.id, name, transform)?;
+    }
+    Ok(builder.build())
+}
+
+fn column_names(schema: &Schema) -> String {
+    schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.clone())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+const TRANSFORM_HELP: &str = "use a column name or one of identity(c), year(c), month(c), \
+                              day(c), hour(c), bucket(N, c), truncate(N, c)";
+
+fn partition_item(item: &SqlExpr) -> Result<(String, Transform)> {
+    match item {
+        SqlExpr::Identifier(ident) => Ok((ident.value.clone(), Transform::Identity)),
+        SqlExpr::Function(function) => {
+            let name = function.name.to_string().to_lowercase();
+            let args: Vec<&SqlExpr> = match &function.args {
+                FunctionArguments::List(list) => list
+                    .args
+                    .iter()
+                    .filter_map(|arg| match arg {
+                        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => vec![],
+            };
+            let column = |expr: &SqlExpr| match expr {
+                SqlExpr::Identifier(ident) => Ok(ident.value.clone()),
+                other => Err(Error::invalid(format!(
+                    "partition transform '{item}' takes a column name, not '{other}'"
+                ))),
+            };
+            let width = |expr: &SqlExpr| match expr {
+                SqlExpr::Value(v) => match &v.value {
+                    Value::Number(n, _) => n.parse::<u32>().ok().filter(|w| *w > 0),
+                    _ => None,
+                },
+                _ => None,
+            }
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "partition transform '{item}' needs a positive whole number as its first argument"
+                ))
+            });
+            let time = |transform: Transform| -> Result<(String, Transform)> {
+                match args.as_slice() {
+                    [c] => Ok((column(c)?, transform)),
+                    _ => Err(Error::invalid(format!(
+                        "partition transform '{item}' takes one column, e.g. {name}(created_at)"
+                    ))),
+                }
+            };
+            let sized = |make: fn(u32) -> Transform| -> Result<(String, Transform)> {
+                match args.as_slice() {
+                    [n, c] => Ok((column(c)?, make(width(n)?))),
+                    _ => Err(Error::invalid(format!(
+                        "partition transform '{item}' takes a width and a column, e.g. {name}(16, id)"
+                    ))),
+                }
+            };
+            match name.as_str() {
+                "identity" => time(Transform::Identity),
+                "year" | "years" => time(Transform::Year),
+                "month" | "months" => time(Transform::Month),
+                "day" | "days" => time(Transform::Day),
+                "hour" | "hours" => time(Transform::Hour),
+                "bucket" => sized(Transform::Bucket),
+                "truncate" => sized(Transform::Truncate),
+                _ => Err(Error::invalid(format!(
+                    "'{item}' is not a partition transform: {TRANSFORM_HELP}"
+                ))),
+            }
+        }
+        other => Err(Error::invalid(format!(
+            "'{other}' cannot partition a table: {TRANSFORM_HELP}"
+        ))),
+    }
+}
+
+/// Table properties from `WITH (...)` / `TBLPROPERTIES (...)`.
+pub(crate) fn table_properties(options: &CreateTableOptions) -> Result<HashMap<String, String>> {
+    let list: &[SqlOption] = match options {
+        CreateTableOptions::None => &[],
+        CreateTableOptions::With(list)
+        | CreateTableOptions::TableProperties(list)
+        | CreateTableOptions::Options(list)
+        | CreateTableOptions::Plain(list) => list,
+    };
+    list.iter()
+        .map(|option| match option {
+            SqlOption::KeyValue { key, value } => {
+                let value = match value {
+                    SqlExpr::Value(v) => match &v.value {
+                        Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+                        other => other.to_string(),
+                    },
+                    other => other.to_string(),
+                };
+                Ok((key.value.clone(), value))
+            }
+            other => Err(Error::invalid(format!(
+                "table option '{other}' is not a key = value pair: write TBLPROPERTIES ('key' = 'value')"
+            ))),
+        })
+        .collect()
+}
+
+/// Runs `CREATE NAMESPACE` / `CREATE SCHEMA` on an Iceberg catalog.
+pub(crate) async fn create_namespace(
+    ctx: &CommandContext,
+    catalog: &str,
+    namespace: &NamespaceIdent,
+    if_not_exists: bool,
+) -> Result<()> {
+    let catalog = ctx.icestage.catalog(catalog)?;
+    if catalog.catalog().namespace_exists(namespace).await? {
+        if if_not_exists {
+            return Ok(());
+        }
+        return Err(Error::invalid(format!(
+            "namespace '{}' already exists in catalog '{}': use CREATE NAMESPACE IF NOT EXISTS {}",
+            namespace.join("."),
+            catalog.name(),
+            namespace.join(".")
+        )));
+    }
+    catalog.ensure_namespace(namespace).await
+}
+
+/// Runs `CREATE TABLE [AS SELECT]` on an Iceberg catalog; the result is the
+/// number of rows written when there is a query, nothing otherwise.
+pub(crate) async fn create_table(ctx: &CommandContext, create: &CreateTable) -> Result<RecordBatch> {
+    let catalog = ctx.icestage.catalog(&create.catalog)?;
+    let namespace = create.ident.namespace();
+    let name = format!("{}.{}", namespace.join("."), create.ident.name());
+    if !catalog.catalog().namespace_exists(namespace).await? {
+        return Err(Error::invalid(format!(
+            "cannot create table '{name}': namespace '{}' does not exist in catalog '{}'; \
+             create it first with CREATE SCHEMA {}",
+            namespace.join("."),
+            catalog.name(),
+            namespace.join(".")
+        )));
+    }
+    let written = |rows: u64| -> Result<RecordBatch> {
+        if create.with_query {
+            Ok(RecordBatch::try_from_iter_with_nullable(vec![(
+                "count",
+                std::sync::Arc::new(UInt64Array::from(vec![rows])) as _,
+                false,
+            )])?)
+        } else {
+            Ok(RecordBatch::new_empty(std::sync::Arc::new(ArrowSchema::empty())))
+        }
+    };
+    if catalog.catalog().table_exists(&create.ident).await? {
+        if create.if_not_exists {
+            return written(0);
+        }
+        return Err(Error::invalid(format!(
+            "table '{name}' already exists in catalog '{}': use CREATE TABLE IF NOT EXISTS, \
+             or DROP TABLE {name} first",
+            catalog.name()
+        )));
+    }
+    let creation = TableCreation::builder()
+        .name(create.ident.name().to_string())
+        .schema(create.schema.clone())
+        .partition_spec_opt(create.partition_spec.clone())
+        .properties(create.properties.clone())
+        .build();
+    catalog.catalog().create_table(namespace, creation).await?;
+    let rows = match (&ctx.input, &ctx.session) {
+        (Some(input), Some(session)) => {
+            insert_into(catalog, &create.ident, session.as_ref(), std::sync::Arc::clone(input), &ctx.task)
+                .await?
+        }
+        _ => 0,
+    };
+    written(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    use iceberg::spec::{PrimitiveType, Type};
+
+    use super::*;
+
+    fn schema() -> Schema {
+        iceberg_schema(&ArrowSchema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
+            Field::new("name", DataType::Utf8View, true),
+        ]))
+        .unwrap()
+    }
+
+    fn expr(sql: &str) -> SqlExpr {
+        Parser::new(&GenericDialect {})
+            .try_with_sql(sql)
+            .unwrap()
+            .parse_expr()
+            .unwrap()
+    }
+
+    #[test]
+    fn types_are_stored_as_iceberg_v2() {
+        let schema = schema();
+        let ts = schema.field_by_name("ts").unwrap();
+        assert_eq!(*ts.field_type, Type::Primitive(PrimitiveType::Timestamp));
+        assert!(!ts.required);
+        assert!(schema.field_by_name("id").unwrap().required);
+        assert_eq!(schema.field_by_name("id").unwrap().id, 1);
+    }
+
+    #[test]
+    fn partition_transforms() {
+        let spec = partition_spec(&expr("(day(ts), bucket(16, id), name)"), &schema()).unwrap();
+        let fields: Vec<_> = spec
+            .fields()
+            .iter()
+            .map(|f| (f.name.clone(), f.source_id, f.transform))
+            .collect();
+        assert_eq!(fields, vec![
+            ("ts_day".to_string(), 2, Transform::Day),
+            ("id_bucket".to_string(), 1, Transform::Bucket(16)),
+            ("name".to_string(), 3, Transform::Identity),
+        ]);
+        let err = partition_spec(&expr("(week(ts))"), &schema()).unwrap_err();
+        assert!(err.to_string().contains("'week(ts)' is not a partition transform"), "{err}");
+        let err = partition_spec(&expr("missing"), &schema()).unwrap_err();
+        assert!(err.to_string().contains("column 'missing'"), "{err}");
+    }
+}

@@ -1,0 +1,154 @@
+//! A catalog decorator: narrows listings to one table and can check a
+//! condition every time a table is loaded.
+//!
+//! Two uses, one type:
+//!
+//! * iceberg-datafusion only builds its catalog-backed table provider (the one
+//!   that refreshes metadata on each scan and supports `INSERT INTO`) through
+//!   `IcebergCatalogProvider`, which lists every namespace and table. Scoping
+//!   the listing to one table makes that construction cost one table load.
+//! * `Transaction::commit` reloads the table at the start of every attempt,
+//!   including the retries it performs on conflicts. A load check therefore
+//!   runs on every attempt, which is where promotion re-checks its
+//!   exactly-once evidence (see `upload::promote`).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, Namespace, NamespaceIdent, Result, TableCommit, TableCreation, TableIdent,
+};
+
+/// A check run on every table load; an error stops the caller.
+pub(crate) type LoadCheck = Arc<dyn Fn(&Table) -> Result<()> + Send + Sync>;
+
+/// See the module documentation.
+#[derive(Clone)]
+pub(crate) struct ScopedCatalog {
+    inner: Arc<dyn Catalog>,
+    only: Option<TableIdent>,
+    on_load: Option<LoadCheck>,
+}
+
+impl ScopedCatalog {
+    /// Delegates everything to `inner`.
+    pub(crate) fn new(inner: Arc<dyn Catalog>) -> Self {
+        Self {
+            inner,
+            only: None,
+            on_load: None,
+        }
+    }
+
+    /// Lists only `table` (and its namespace).
+    pub(crate) fn listing_only(mut self, table: TableIdent) -> Self {
+        self.only = Some(table);
+        self
+    }
+
+    /// Runs `check` on every loaded table before handing it out.
+    pub(crate) fn check_on_load(mut self, check: LoadCheck) -> Self {
+        self.on_load = Some(check);
+        self
+    }
+}
+
+impl fmt::Debug for ScopedCatalog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopedCatalog")
+            .field("inner", &self.inner)
+            .field("only", &self.only)
+            .field("on_load", &self.on_load.is_some())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl Catalog for ScopedCatalog {
+    async fn list_namespaces(&self, parent: Option<&NamespaceIdent>) -> Result<Vec<NamespaceIdent>> {
+        match &self.only {
+            Some(table) if parent.is_none() => Ok(vec![table.namespace().clone()]),
+            Some(_) => Ok(vec![]),
+            None => self.inner.list_namespaces(parent).await,
+        }
+    }
+
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<Namespace> {
+        self.inner.create_namespace(namespace, properties).await
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
+        self.inner.get_namespace(namespace).await
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        self.inner.namespace_exists(namespace).await
+    }
+
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<()> {
+        self.inner.update_namespace(namespace, properties).await
+    }
+
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
+        self.inner.drop_namespace(namespace).await
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        match &self.only {
+            Some(table) if table.namespace() == namespace => Ok(vec![table.clone()]),
+            Some(_) => Ok(vec![]),
+            None => self.inner.list_tables(namespace).await,
+        }
+    }
+
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> Result<Table> {
+        self.inner.create_table(namespace, creation).await
+    }
+
+    async fn load_table(&self, table: &TableIdent) -> Result<Table> {
+        let loaded = self.inner.load_table(table).await?;
+        if let Some(check) = &self.on_load {
+            check(&loaded)?;
+        }
+        Ok(loaded)
+    }
+
+    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
+        self.inner.drop_table(table).await
+    }
+
+    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
+        self.inner.purge_table(table).await
+    }
+
+    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
+        self.inner.table_exists(table).await
+    }
+
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
+        self.inner.rename_table(src, dest).await
+    }
+
+    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
+        self.inner.register_table(table, metadata_location).await
+    }
+
+    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
+        self.inner.update_table(commit).await
+    }
+}

@@ -1,0 +1,259 @@
+//! Configuration, in three tiers:
+//!
+//! * user knobs ([`IcestageOptions`]) settable with `SET icestage.<name> = ...`;
+//! * the catalogs icestage serves ([`IcestageConfig`], [`CatalogConfig`]),
+//!   read from a TOML file in the shape iceberg-rust's playground uses;
+//! * properties handed to external systems, as string maps with `pub const` keys.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use datafusion::common::config::{ConfigExtension, ConfigField, Visit};
+use datafusion::common::extensions_options;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+extensions_options! {
+    /// Session options, settable with `SET icestage.<name> = <value>`.
+    pub struct IcestageOptions {
+        /// How long a new upload stays open before `EXPIRE STAGING` removes it,
+        /// e.g. `30m`, `24h`, `7d`. `CREATE UPLOAD ... WITH (ttl = ...)` overrides it.
+        pub upload_ttl: Ttl, default = Ttl::default()
+    }
+}
+
+/// A time to live such as `24h`; setting it checks the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ttl(String);
+
+impl Default for Ttl {
+    fn default() -> Self {
+        Self("24h".to_string())
+    }
+}
+
+impl Ttl {
+    /// The value as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Ttl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl ConfigField for Ttl {
+    fn visit<V: Visit>(&self, v: &mut V, key: &str, description: &'static str) {
+        v.some(key, &self.0, description)
+    }
+
+    fn set(&mut self, _key: &str, value: &str) -> datafusion::error::Result<()> {
+        parse_duration(value)?;
+        self.0 = value.to_string();
+        Ok(())
+    }
+
+    fn reset(&mut self, _key: &str) -> datafusion::error::Result<()> {
+        *self = Self::default();
+        Ok(())
+    }
+}
+
+impl ConfigExtension for IcestageOptions {
+    const PREFIX: &'static str = "icestage";
+}
+
+/// Catalog type of the embedded default: iceberg's SQL catalog.
+pub const CATALOG_TYPE_SQL: &str = "sql";
+/// Property key: the catalog database URI (sqlx form, `sqlite:/path?mode=rwc`).
+pub const PROP_URI: &str = "uri";
+/// Property key: the warehouse root (`file:///path` or `s3://bucket/prefix`).
+pub const PROP_WAREHOUSE: &str = "warehouse";
+/// Name of the embedded default catalog.
+pub const EMBEDDED_CATALOG_NAME: &str = "local";
+/// File name of the embedded catalog database inside the warehouse folder.
+pub const EMBEDDED_CATALOG_FILE: &str = "catalog.db";
+
+/// One catalog icestage serves.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct CatalogConfig {
+    /// The name SQL uses for it (`<name>.<namespace>.<table>`).
+    pub name: String,
+    /// Catalog type; `sql` is supported.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Properties handed to the catalog (`uri`, `warehouse`, ...).
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+/// The catalogs of one icestage session.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct IcestageConfig {
+    /// Catalog that two-part names (`namespace.table`) resolve to; the first
+    /// catalog when unset.
+    #[serde(default)]
+    pub default_catalog: Option<String>,
+    /// One entry per catalog.
+    pub catalogs: Vec<CatalogConfig>,
+}
+
+impl IcestageConfig {
+    /// The embedded default: a SQLite catalog and a warehouse in one local folder.
+    ///
+    /// The folder is created on first use; the catalog database is
+    /// `<dir>/catalog.db`, the same layout PyIceberg's `SqlCatalog` reads.
+    pub fn embedded(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::Config(format!(
+                "cannot create the warehouse folder '{}': {e}",
+                dir.display()
+            ))
+        })?;
+        let dir = dir.canonicalize()?;
+        Ok(Self {
+            default_catalog: None,
+            catalogs: vec![CatalogConfig {
+                name: EMBEDDED_CATALOG_NAME.to_string(),
+                kind: CATALOG_TYPE_SQL.to_string(),
+                config: BTreeMap::from([
+                    (PROP_URI.to_string(), sqlite_uri(&dir.join(EMBEDDED_CATALOG_FILE))),
+                    (PROP_WAREHOUSE.to_string(), file_uri(&dir)),
+                ]),
+            }],
+        })
+    }
+
+    /// Reads a catalog TOML file:
+    ///
+    /// ```toml
+    /// default_catalog = "local"
+    ///
+    /// [[catalogs]]
+    /// name = "local"
+    /// type = "sql"
+    /// [catalogs.config]
+    /// uri = "sqlite:/data/warehouse/catalog.db?mode=rwc"
+    /// warehouse = "file:///data/warehouse"
+    /// ```
+    pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Config(format!("cannot read catalog config '{}': {e}", path.display()))
+        })?;
+        Self::from_toml_str(&text)
+            .map_err(|e| Error::Config(format!("in '{}': {e}", path.display())))
+    }
+
+    /// Parses the TOML text of a catalog config.
+    pub fn from_toml_str(text: &str) -> Result<Self> {
+        let config: IcestageConfig =
+            toml::from_str(text).map_err(|e| Error::Config(e.message().to_string()))?;
+        if config.catalogs.is_empty() {
+            return Err(Error::Config(
+                "no catalogs configured: add at least one [[catalogs]] entry".to_string(),
+            ));
+        }
+        Ok(config)
+    }
+}
+
+/// The sqlx URI of a SQLite database file, created when missing.
+pub fn sqlite_uri(path: &Path) -> String {
+    format!("sqlite:{}?mode=rwc", path.display())
+}
+
+/// A `file://` URI for an absolute local path.
+pub fn file_uri(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// The local path of a `sqlite:` URI in sqlx form (`sqlite:/p?mode=rwc`,
+/// `sqlite:///p`, `sqlite:///p?x`).
+pub(crate) fn sqlite_path(uri: &str) -> Option<PathBuf> {
+    let rest = uri.strip_prefix("sqlite:")?;
+    let rest = rest.split('?').next().unwrap_or(rest);
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    (!rest.is_empty()).then(|| PathBuf::from(rest))
+}
+
+/// Parses a duration such as `90s`, `30m`, `24h`, `7d` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let bad = || {
+        Error::invalid(format!(
+            "'{text}' is not a duration: write a whole number with a unit, e.g. '90s', '30m', '24h', '7d'"
+        ))
+    };
+    let value: u64 = number.parse().map_err(|_| bad())?;
+    let seconds = match unit.trim() {
+        "" | "s" | "sec" | "secs" | "seconds" => value,
+        "m" | "min" | "mins" | "minutes" => value * 60,
+        "h" | "hour" | "hours" => value * 3600,
+        "d" | "day" | "days" => value * 86_400,
+        _ => return Err(bad()),
+    };
+    if seconds == 0 {
+        return Err(Error::invalid(format!(
+            "duration '{text}' is zero: give a positive duration such as '24h'"
+        )));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
+        assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86_400));
+        assert_eq!(parse_duration("2 days").unwrap(), Duration::from_secs(172_800));
+        assert_eq!(parse_duration("15").unwrap(), Duration::from_secs(15));
+        let err = parse_duration("soon").unwrap_err().to_string();
+        assert!(err.contains("'soon' is not a duration"), "{err}");
+        assert!(parse_duration("0h").is_err());
+        assert!(parse_duration("3w").is_err());
+    }
+
+    #[test]
+    fn sqlite_paths() {
+        assert_eq!(
+            sqlite_path("sqlite:/a/b.db?mode=rwc"),
+            Some(PathBuf::from("/a/b.db"))
+        );
+        assert_eq!(sqlite_path("sqlite:///a/b.db"), Some(PathBuf::from("/a/b.db")));
+        assert_eq!(sqlite_path("postgres://x"), None);
+    }
+
+    #[test]
+    fn toml_config() {
+        let config = IcestageConfig::from_toml_str(
+            r#"
+            [[catalogs]]
+            name = "lake"
+            type = "sql"
+            [catalogs.config]
+            uri = "sqlite:/tmp/x.db?mode=rwc"
+            warehouse = "file:///tmp/wh"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.catalogs[0].name, "lake");
+        assert_eq!(config.catalogs[0].config[PROP_URI], "sqlite:/tmp/x.db?mode=rwc");
+        let err = IcestageConfig::from_toml_str("catalogs = []").unwrap_err();
+        assert!(err.to_string().contains("no catalogs configured"), "{err}");
+    }
+}

@@ -1,0 +1,170 @@
+//! The crate's one error type.
+//!
+//! Error text is part of the contract: every message names the object, quotes
+//! the bad value and says what to do instead. Errors from Arrow, DataFusion
+//! and IO stay native when converted to [`DataFusionError`]; the rest become
+//! [`DataFusionError::External`].
+
+use datafusion::arrow::error::ArrowError;
+use datafusion::error::DataFusionError;
+
+/// Result type used throughout icestage.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in icestage.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A string that cannot be an upload id (ids are 32 lowercase hex characters).
+    #[error(
+        "'{0}' is not an upload id: upload ids are the 32 hex characters returned by CREATE UPLOAD \
+         (see SELECT upload_id FROM uploads())"
+    )]
+    InvalidUploadId(String),
+
+    /// No catalog knows the upload, and no record of it exists.
+    #[error(
+        "upload '{0}' does not exist: check the id returned by CREATE UPLOAD, \
+         or list uploads with SELECT * FROM uploads()"
+    )]
+    UnknownUpload(String),
+
+    /// The upload was aborted or expired; its rows were discarded.
+    #[error(
+        "upload '{id}' was {state} and its staged rows were discarded: \
+         open a new upload with CREATE UPLOAD FOR {target}"
+    )]
+    UploadClosed {
+        /// Upload id.
+        id: String,
+        /// `aborted` or `expired`.
+        state: String,
+        /// The target table of the upload.
+        target: String,
+    },
+
+    /// The upload cannot change state from where it is.
+    #[error("upload '{id}' is {state}: {hint}")]
+    UploadState {
+        /// Upload id.
+        id: String,
+        /// Its current state.
+        state: String,
+        /// What the user can do.
+        hint: String,
+    },
+
+    /// Validation of the staged rows failed; the target was not touched.
+    #[error(
+        "upload '{id}' failed validation against {target}, the target is unchanged: {}; \
+         the staging table {staging} is kept for inspection (SELECT * FROM upload_status('{id}'))",
+        reasons.join("; ")
+    )]
+    ValidationFailed {
+        /// Upload id.
+        id: String,
+        /// Target table.
+        target: String,
+        /// Staging table.
+        staging: String,
+        /// One line per problem found.
+        reasons: Vec<String>,
+    },
+
+    /// A table that a statement refers to does not exist.
+    #[error("table '{table}' does not exist{hint}")]
+    TableNotFound {
+        /// The name as the user wrote it, qualified.
+        table: String,
+        /// What to do instead, starting with `: `, or empty.
+        hint: String,
+    },
+
+    /// A catalog name that is not configured.
+    #[error("catalog '{name}' is not configured: configured catalogs are {available}")]
+    UnknownCatalog {
+        /// The name as written.
+        name: String,
+        /// Comma-separated list of configured catalog names.
+        available: String,
+    },
+
+    /// A statement or argument that icestage understands but the value is wrong.
+    #[error("{0}")]
+    InvalidInput(String),
+
+    /// Bad configuration (catalog TOML, command line).
+    #[error("configuration error: {0}")]
+    Config(String),
+
+    /// The statement parsed but icestage does not support it.
+    #[error("{0}")]
+    NotSupported(String),
+
+    /// An error from the Iceberg library.
+    #[error("{}", iceberg_message(.0))]
+    Iceberg(#[from] iceberg::Error),
+
+    /// An error from DataFusion.
+    #[error(transparent)]
+    DataFusion(#[from] DataFusionError),
+
+    /// An error from Arrow.
+    #[error(transparent)]
+    Arrow(#[from] ArrowError),
+
+    /// A filesystem error.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Iceberg errors print their kind and a long context chain; keep the message
+/// and the innermost source, which is what a user can act on.
+fn iceberg_message(error: &iceberg::Error) -> String {
+    let mut message = format!("iceberg: {}", error.message());
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        if inner.source().is_none() {
+            message.push_str(&format!(" ({inner})"));
+        }
+        source = inner.source();
+    }
+    message
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidInput`].
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self::InvalidInput(message.into())
+    }
+
+}
+
+impl From<Error> for DataFusionError {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::DataFusion(e) => e,
+            Error::Arrow(e) => DataFusionError::ArrowError(Box::new(e), None),
+            Error::Io(e) => DataFusionError::IoError(e),
+            other => DataFusionError::External(Box::new(other)),
+        }
+    }
+}
+
+/// The one-line message a user sees for an error that went through DataFusion.
+///
+/// DataFusion prefixes wrapped errors ("External error: ..."); for errors that
+/// icestage raised, this returns icestage's own text, otherwise DataFusion's
+/// message without the backtrace.
+pub fn error_message(error: &DataFusionError) -> String {
+    let root = error.find_root();
+    if let DataFusionError::External(inner) = root {
+        if let Some(ours) = inner.downcast_ref::<Error>() {
+            return ours.to_string();
+        }
+        if let Some(iceberg) = inner.downcast_ref::<iceberg::Error>() {
+            return iceberg_message(iceberg);
+        }
+        return inner.to_string();
+    }
+    root.strip_backtrace()
+}

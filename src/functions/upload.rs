@@ -1,0 +1,87 @@
+//! Upload table functions: `upload_status(id)`, `uploads()`,
+//! `create_upload(table [, ttl])`, `promote_upload(id)`.
+
+use std::sync::Arc;
+
+use datafusion::catalog::{TableFunctionImpl, TableProvider};
+use datafusion::common::TableReference;
+use datafusion::error::Result as DFResult;
+use datafusion::logical_expr::Expr;
+
+use super::{CommandTable, at_most, string_arg};
+use crate::config::parse_duration;
+use crate::context::Icestage;
+use crate::plan::Command;
+use crate::plan::command::create_upload_schema;
+use crate::upload::UploadId;
+
+/// `upload_status('<id>')`: one row, the state of the upload.
+#[derive(Debug)]
+pub(crate) struct UploadStatusFunc;
+
+impl TableFunctionImpl for UploadStatusFunc {
+    fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
+        let signature = "upload_status('<upload id>')";
+        at_most(args, 1, "upload_status", signature)?;
+        let id = string_arg(args, 0, "upload_status", signature)?;
+        UploadId::parse(&id)?;
+        Ok(CommandTable::of(Command::UploadStatus { id }))
+    }
+}
+
+/// `uploads()`: every upload the catalogs know, one row each.
+#[derive(Debug)]
+pub(crate) struct UploadsFunc;
+
+impl TableFunctionImpl for UploadsFunc {
+    fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
+        at_most(args, 0, "uploads", "uploads()")?;
+        Ok(CommandTable::of(Command::ListUploads))
+    }
+}
+
+/// `create_upload('<table>' [, '<ttl>'])`: the twin of `CREATE UPLOAD FOR`.
+#[derive(Debug)]
+pub(crate) struct CreateUploadFunc;
+
+impl TableFunctionImpl for CreateUploadFunc {
+    fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
+        let signature = "create_upload('<namespace>.<table>' [, '<ttl>'])";
+        at_most(args, 2, "create_upload", signature)?;
+        let table = string_arg(args, 0, "create_upload", signature)?;
+        let ttl = match args.len() {
+            2 => {
+                let ttl = string_arg(args, 1, "create_upload", signature)?;
+                parse_duration(&ttl)?;
+                Some(ttl)
+            }
+            _ => None,
+        };
+        Ok(CommandTable::new(
+            create_upload_schema(),
+            Arc::new(move |state| {
+                let icestage = Icestage::from_config(state.config())?;
+                let (catalog, target) = icestage.resolve(state, &TableReference::from(table.as_str()))?;
+                Ok(Command::CreateUpload {
+                    catalog: catalog.name().to_string(),
+                    target,
+                    ttl: ttl.clone(),
+                })
+            }),
+        ))
+    }
+}
+
+/// `promote_upload('<id>')`: the twin of `PROMOTE UPLOAD`.
+#[derive(Debug)]
+pub(crate) struct PromoteUploadFunc;
+
+impl TableFunctionImpl for PromoteUploadFunc {
+    fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
+        let signature = "promote_upload('<upload id>')";
+        at_most(args, 1, "promote_upload", signature)?;
+        let id = string_arg(args, 0, "promote_upload", signature)?;
+        UploadId::parse(&id)?;
+        Ok(CommandTable::of(Command::PromoteUpload { id }))
+    }
+}

@@ -1,0 +1,25 @@
+#![doc = include_str!("../README.md")]
+#![deny(clippy::clone_on_ref_ptr)]
+#![warn(missing_docs)]
+
+mod catalog;
+mod config;
+mod context;
+mod error;
+mod functions;
+mod plan;
+pub mod sql;
+mod upload;
+
+pub use catalog::IcebergCatalog;
+pub use config::{
+    CatalogConfig, EMBEDDED_CATALOG_FILE, EMBEDDED_CATALOG_NAME, IcestageConfig, IcestageOptions, Ttl,
+    parse_duration,
+};
+pub use context::{Icestage, execute_statement, register, sql};
+pub use error::{Error, Result, error_message};
+pub use upload::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
+pub use upload::{
+    PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID,
+    SNAPSHOT_UPLOAD_ID, STAGING_NAMESPACE, UploadId, UploadState,
+};

@@ -1,0 +1,283 @@
+//! What icestage statements and table functions do, as one command enum.
+//!
+//! A [`Command`] knows its name, its result schema and how to execute; the
+//! statement parser, the table-function twins and the HTTP service all build
+//! commands, and the planner runs them, so every front end shares one path.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::execution::TaskContext;
+use datafusion::execution::context::SessionState;
+use datafusion::physical_plan::ExecutionPlan;
+use iceberg::spec::{Schema as IcebergSchema, UnboundPartitionSpec};
+use iceberg::{NamespaceIdent, TableIdent};
+
+use crate::config::IcestageOptions;
+use crate::context::Icestage;
+use crate::error::{Error, Result};
+use crate::upload;
+
+/// One icestage operation.
+#[derive(Debug, Clone)]
+pub(crate) enum Command {
+    /// `CREATE UPLOAD FOR <table>`
+    CreateUpload {
+        catalog: String,
+        target: TableIdent,
+        ttl: Option<String>,
+    },
+    /// `PROMOTE UPLOAD '<id>'`
+    PromoteUpload { id: String },
+    /// `ABORT UPLOAD '<id>'`
+    AbortUpload { id: String },
+    /// `EXPIRE STAGING`
+    ExpireStaging,
+    /// `upload_status('<id>')`
+    UploadStatus { id: String },
+    /// `uploads()`
+    ListUploads,
+    /// `CREATE NAMESPACE` / `CREATE SCHEMA` on an Iceberg catalog
+    CreateNamespace {
+        catalog: String,
+        namespace: NamespaceIdent,
+        if_not_exists: bool,
+    },
+    /// `CREATE TABLE` (and `CREATE TABLE ... AS SELECT`) on an Iceberg catalog
+    CreateTable(Arc<CreateTable>),
+}
+
+/// A planned `CREATE TABLE` on an Iceberg catalog.
+#[derive(Debug)]
+pub(crate) struct CreateTable {
+    pub(crate) catalog: String,
+    pub(crate) ident: TableIdent,
+    pub(crate) schema: IcebergSchema,
+    pub(crate) partition_spec: Option<UnboundPartitionSpec>,
+    pub(crate) properties: std::collections::HashMap<String, String>,
+    pub(crate) if_not_exists: bool,
+    /// `AS SELECT ...`: the rows come from the command's input plan.
+    pub(crate) with_query: bool,
+}
+
+/// What a command needs while it runs.
+pub(crate) struct CommandContext {
+    pub(crate) icestage: Arc<Icestage>,
+    pub(crate) options: IcestageOptions,
+    pub(crate) task: Arc<TaskContext>,
+    /// The session that planned the command, for commands that write through
+    /// DataFusion (`CREATE TABLE ... AS SELECT`).
+    pub(crate) session: Option<Arc<SessionState>>,
+    /// The physical plan of the command's input, if it has one.
+    pub(crate) input: Option<Arc<dyn ExecutionPlan>>,
+}
+
+impl CommandContext {
+    pub(crate) fn new(task: Arc<TaskContext>) -> Result<Self> {
+        let config = task.session_config();
+        Ok(Self {
+            icestage: Icestage::from_config(config)?,
+            options: config
+                .options()
+                .extensions
+                .get::<IcestageOptions>()
+                .cloned()
+                .unwrap_or_default(),
+            task,
+            session: None,
+            input: None,
+        })
+    }
+}
+
+fn utf8(name: &str, nullable: bool) -> Field {
+    Field::new(name, DataType::Utf8, nullable)
+}
+
+fn int64(name: &str) -> Field {
+    Field::new(name, DataType::Int64, true)
+}
+
+/// The timestamp type of icestage's result columns.
+pub(crate) fn timestamp_type() -> DataType {
+    DataType::Timestamp(
+        datafusion::arrow::datatypes::TimeUnit::Microsecond,
+        Some("+00:00".into()),
+    )
+}
+
+fn timestamp(name: &str) -> Field {
+    Field::new(name, timestamp_type(), true)
+}
+
+/// The columns of `upload_status(id)` and `uploads()`.
+pub(crate) fn status_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        utf8("upload_id", false),
+        utf8("state", false),
+        utf8("catalog", false),
+        utf8("target_table", false),
+        utf8("staging_table", false),
+        timestamp("created_at"),
+        timestamp("expires_at"),
+        int64("rows"),
+        int64("files"),
+        int64("snapshot_id"),
+        utf8("message", true),
+    ]))
+}
+
+/// The columns of `CREATE UPLOAD`.
+pub(crate) fn create_upload_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        utf8("upload_id", false),
+        utf8("staging_table", false),
+        utf8("target_table", false),
+        utf8("state", false),
+        timestamp("expires_at"),
+        utf8("catalog", false),
+        utf8("connection", false),
+    ]))
+}
+
+/// The columns of `PROMOTE UPLOAD`.
+pub(crate) fn promote_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        utf8("upload_id", false),
+        utf8("state", false),
+        int64("rows"),
+        int64("files"),
+        int64("snapshot_id"),
+        utf8("path", false),
+        int64("findings"),
+        utf8("message", false),
+    ]))
+}
+
+/// The columns of `ABORT UPLOAD`.
+pub(crate) fn abort_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        utf8("upload_id", false),
+        utf8("state", false),
+    ]))
+}
+
+impl Command {
+    /// The name `EXPLAIN` shows.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Command::CreateUpload { .. } => "CreateUpload",
+            Command::PromoteUpload { .. } => "PromoteUpload",
+            Command::AbortUpload { .. } => "AbortUpload",
+            Command::ExpireStaging => "ExpireStaging",
+            Command::UploadStatus { .. } => "UploadStatus",
+            Command::ListUploads => "ListUploads",
+            Command::CreateNamespace { .. } => "CreateNamespace",
+            Command::CreateTable(_) => "CreateIcebergTable",
+        }
+    }
+
+    /// The columns of the command's result.
+    pub(crate) fn schema(&self) -> SchemaRef {
+        match self {
+            Command::CreateUpload { .. } => create_upload_schema(),
+            Command::PromoteUpload { .. } => promote_schema(),
+            Command::AbortUpload { .. } => abort_schema(),
+            Command::ExpireStaging => Arc::new(Schema::new(vec![Field::new(
+                "tables_removed",
+                DataType::Int64,
+                false,
+            )])),
+            Command::UploadStatus { .. } | Command::ListUploads => status_schema(),
+            Command::CreateTable(create) if create.with_query => Arc::new(Schema::new(vec![
+                Field::new("count", DataType::UInt64, false),
+            ])),
+            Command::CreateNamespace { .. } | Command::CreateTable(_) => Arc::new(Schema::empty()),
+        }
+    }
+
+    /// Runs the command.
+    pub(crate) async fn execute(&self, ctx: CommandContext) -> Result<RecordBatch> {
+        let batch = match self {
+            Command::CreateUpload {
+                catalog,
+                target,
+                ttl,
+            } => upload::create::create_upload(&ctx, catalog, target, ttl.as_deref()).await?,
+            Command::PromoteUpload { id } => upload::promote::promote_upload(&ctx, id).await?,
+            Command::AbortUpload { id } => upload::abort::abort_upload(&ctx, id).await?,
+            Command::ExpireStaging => upload::expire::expire_staging(&ctx).await?,
+            Command::UploadStatus { id } => upload::status::upload_status(&ctx, id).await?,
+            Command::ListUploads => upload::status::list_uploads(&ctx).await?,
+            Command::CreateNamespace {
+                catalog,
+                namespace,
+                if_not_exists,
+            } => {
+                crate::catalog::ddl::create_namespace(&ctx, catalog, namespace, *if_not_exists)
+                    .await?;
+                RecordBatch::new_empty(self.schema())
+            }
+            Command::CreateTable(create) => crate::catalog::ddl::create_table(&ctx, create).await?,
+        };
+        if batch.schema().fields() != self.schema().fields() {
+            return Err(Error::invalid(format!(
+                "internal: {} produced columns {:?}, declared {:?}",
+                self.name(),
+                batch.schema(),
+                self.schema()
+            )));
+        }
+        Ok(batch)
+    }
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Command::CreateUpload {
+                catalog,
+                target,
+                ttl,
+            } => {
+                write!(f, "CreateUpload: target={catalog}.{target}")?;
+                if let Some(ttl) = ttl {
+                    write!(f, ", ttl={ttl}")?;
+                }
+                Ok(())
+            }
+            Command::PromoteUpload { id } => write!(f, "PromoteUpload: upload={id}"),
+            Command::AbortUpload { id } => write!(f, "AbortUpload: upload={id}"),
+            Command::ExpireStaging => write!(f, "ExpireStaging"),
+            Command::UploadStatus { id } => write!(f, "UploadStatus: upload={id}"),
+            Command::ListUploads => write!(f, "ListUploads"),
+            Command::CreateNamespace {
+                catalog,
+                namespace,
+                if_not_exists,
+            } => write!(
+                f,
+                "CreateNamespace: {catalog}.{}{}",
+                namespace.join("."),
+                if *if_not_exists { ", if_not_exists" } else { "" }
+            ),
+            Command::CreateTable(create) => {
+                write!(f, "CreateIcebergTable: {}.{}", create.catalog, create.ident)?;
+                if let Some(spec) = &create.partition_spec {
+                    let fields: Vec<String> = spec
+                        .fields()
+                        .iter()
+                        .map(|p| format!("{}({})", p.transform, p.source_id))
+                        .collect();
+                    write!(f, ", partition=[{}]", fields.join(", "))?;
+                }
+                if create.if_not_exists {
+                    write!(f, ", if_not_exists")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Parse → plan: statements become logical plans. icestage statements become
+//! a [`CommandNode`](node::CommandNode); DataFusion statements are planned by
+//! DataFusion, except `CREATE TABLE` on an Iceberg catalog, which icestage
+//! plans so the table gets Iceberg types and a partition spec.
+
+pub(crate) mod command;
+pub(crate) mod node;
+pub(crate) mod rows;
+
+use std::sync::Arc;
+
+use datafusion::common::{Column, TableReference};
+use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan, LogicalPlanBuilder, cast};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::planner::object_name_to_table_reference;
+use datafusion::sql::sqlparser::ast::{CreateTableOptions, ObjectName, Statement as SqlStatement};
+use iceberg::NamespaceIdent;
+
+pub(crate) use self::command::Command;
+use self::command::CreateTable;
+pub(crate) use self::node::IcestageQueryPlanner;
+use self::node::CommandNode;
+use crate::catalog::ddl;
+use crate::config::parse_duration;
+use crate::context::Icestage;
+use crate::error::{Error, Result};
+use crate::sql::parser::{Statement, check_options};
+
+/// Plans one parsed statement.
+pub(crate) async fn statement_to_plan(state: &SessionState, statement: Statement) -> Result<LogicalPlan> {
+    let icestage = Icestage::from_config(state.config())?;
+    match statement {
+        Statement::DataFusion(statement) => plan_datafusion(state, &icestage, *statement).await,
+        Statement::Explain { verbose, statement } => {
+            let inner = Box::pin(statement_to_plan(state, *statement)).await?;
+            Ok(LogicalPlanBuilder::from(inner).explain(verbose, false)?.build()?)
+        }
+        Statement::CreateUpload(create) => {
+            check_options("CREATE UPLOAD", &create.options, &["ttl"])?;
+            let ttl = create
+                .options
+                .iter()
+                .find(|(k, _)| k == "ttl")
+                .map(|(_, v)| v.clone());
+            if let Some(ttl) = &ttl {
+                parse_duration(ttl)?;
+            }
+            let (catalog, target) = icestage.resolve(state, &table_reference(state, create.target)?)?;
+            command_plan(Command::CreateUpload {
+                catalog: catalog.name().to_string(),
+                target,
+                ttl,
+            })
+        }
+        Statement::PromoteUpload(promote) => {
+            check_options("PROMOTE UPLOAD", &promote.options, &[])?;
+            command_plan(Command::PromoteUpload { id: promote.id })
+        }
+        Statement::AbortUpload(abort) => command_plan(Command::AbortUpload { id: abort.id }),
+        Statement::ExpireStaging => command_plan(Command::ExpireStaging),
+        Statement::CreateNamespace {
+            name,
+            if_not_exists,
+        } => {
+            let (catalog, namespace) = namespace_of(state, &icestage, &name)?;
+            command_plan(Command::CreateNamespace {
+                catalog,
+                namespace,
+                if_not_exists,
+            })
+        }
+    }
+}
+
+fn command_plan(command: Command) -> Result<LogicalPlan> {
+    Ok(CommandNode::new(command, None)?.into_plan())
+}
+
+fn table_reference(state: &SessionState, name: ObjectName) -> Result<TableReference> {
+    let normalize = state.config().options().sql_parser.enable_ident_normalization;
+    Ok(object_name_to_table_reference(name, normalize)?)
+}
+
+/// `ns` or `catalog.ns` to a catalog name and namespace.
+fn namespace_of(
+    state: &SessionState,
+    icestage: &Icestage,
+    name: &ObjectName,
+) -> Result<(String, NamespaceIdent)> {
+    let normalize = state.config().options().sql_parser.enable_ident_normalization;
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .filter_map(|p| p.as_ident())
+        .map(|i| {
+            if normalize && i.quote_style.is_none() {
+                i.value.to_lowercase()
+            } else {
+                i.value.clone()
+            }
+        })
+        .collect();
+    match parts.as_slice() {
+        [ns] => Ok((icestage.default_catalog().name().to_string(), NamespaceIdent::new(ns.clone()))),
+        [catalog, ns] => {
+            icestage.catalog(catalog)?;
+            Ok((catalog.clone(), NamespaceIdent::new(ns.clone())))
+        }
+        _ => Err(Error::invalid(format!(
+            "'{name}' is not a namespace name: write <namespace> or <catalog>.<namespace>"
+        ))),
+    }
+}
+
+async fn plan_datafusion(
+    state: &SessionState,
+    icestage: &Icestage,
+    statement: DFStatement,
+) -> Result<LogicalPlan> {
+    if let DFStatement::Statement(sql) = &statement
+        && let SqlStatement::CreateTable(create) = sql.as_ref()
+    {
+        let reference = table_reference(state, create.name.clone())?;
+        let resolved = reference.clone().resolve(
+            &state.config().options().catalog.default_catalog,
+            &state.config().options().catalog.default_schema,
+        );
+        if icestage.catalog(&resolved.catalog).is_ok() {
+            return plan_create_table(state, icestage, create.clone(), &reference).await;
+        }
+    }
+    Ok(state.statement_to_plan(statement).await?)
+}
+
+/// `CREATE TABLE` on an Iceberg catalog: DataFusion plans the columns (or the
+/// query), icestage adds the partition spec and properties and creates the
+/// table when the plan runs.
+async fn plan_create_table(
+    state: &SessionState,
+    icestage: &Icestage,
+    mut create: datafusion::sql::sqlparser::ast::CreateTable,
+    reference: &TableReference,
+) -> Result<LogicalPlan> {
+    if create.or_replace {
+        return Err(Error::NotSupported(format!(
+            "CREATE OR REPLACE TABLE {reference} is not supported on Iceberg catalogs: \
+             DROP TABLE {reference} first, then CREATE TABLE"
+        )));
+    }
+    let partition_by = create.partition_by.take();
+    let properties = ddl::table_properties(&create.table_options)?;
+    create.table_options = CreateTableOptions::None;
+    let plan = state
+        .statement_to_plan(DFStatement::Statement(Box::new(SqlStatement::CreateTable(create))))
+        .await?;
+    let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(memory)) = plan else {
+        return Err(Error::NotSupported(format!(
+            "CREATE TABLE {reference}: this form is not supported on Iceberg catalogs"
+        )));
+    };
+    let (catalog, ident) = icestage.resolve(state, &memory.name)?;
+    let arrow = memory.input.schema().as_arrow().clone();
+    let schema = ddl::iceberg_schema(&arrow)?;
+    let partition_spec = partition_by
+        .map(|by| ddl::partition_spec(&by, &schema))
+        .transpose()?;
+    let with_query = !matches!(memory.input.as_ref(), LogicalPlan::EmptyRelation(_));
+    let input = if with_query {
+        Some(cast_to_table_types(memory.input.as_ref().clone(), &schema)?)
+    } else {
+        None
+    };
+    let command = Command::CreateTable(Arc::new(CreateTable {
+        catalog: catalog.name().to_string(),
+        ident,
+        schema,
+        partition_spec,
+        properties,
+        if_not_exists: memory.if_not_exists,
+        with_query,
+    }));
+    Ok(CommandNode::new(command, input)?.into_plan())
+}
+
+/// Projects `input` onto the Arrow types the new table stores.
+fn cast_to_table_types(input: LogicalPlan, schema: &iceberg::spec::Schema) -> Result<LogicalPlan> {
+    let target = iceberg::arrow::schema_to_arrow_schema(schema)?;
+    let exprs: Vec<Expr> = input
+        .schema()
+        .iter()
+        .zip(target.fields())
+        .map(|((qualifier, field), target)| {
+            cast(
+                Expr::Column(Column::new(qualifier.cloned(), field.name())),
+                target.data_type().clone(),
+            )
+            .alias(target.name())
+        })
+        .collect();
+    Ok(LogicalPlanBuilder::from(input).project(exprs)?.build()?)
+}

@@ -1,0 +1,401 @@
+//! icestage's statements, parsed by wrapping DataFusion's [`DFParser`].
+//!
+//! The parser looks at the first words of each statement: icestage's own
+//! statements are parsed here, everything else goes to `DFParser` unchanged.
+//! Each AST type implements `Display` so that a statement prints back as SQL.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use datafusion::error::DataFusionError;
+use datafusion::sql::parser::{DFParser, DFParserBuilder, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::{ObjectName, Value};
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
+
+use crate::error::{Error, Result};
+
+/// One parsed statement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Statement {
+    /// Anything DataFusion parses.
+    DataFusion(Box<DFStatement>),
+    /// `CREATE UPLOAD FOR <table> [WITH (...)]`
+    CreateUpload(CreateUpload),
+    /// `PROMOTE UPLOAD '<id>' [WITH (...)]`
+    PromoteUpload(UploadStatement),
+    /// `ABORT UPLOAD '<id>'`
+    AbortUpload(UploadStatement),
+    /// `EXPIRE STAGING`
+    ExpireStaging,
+    /// `CREATE NAMESPACE [IF NOT EXISTS] <name>`
+    CreateNamespace {
+        /// The namespace.
+        name: ObjectName,
+        /// `IF NOT EXISTS` was given.
+        if_not_exists: bool,
+    },
+    /// `EXPLAIN [VERBOSE] <icestage statement>`
+    Explain {
+        /// `VERBOSE` was given.
+        verbose: bool,
+        /// The statement explained.
+        statement: Box<Statement>,
+    },
+}
+
+/// `CREATE UPLOAD FOR <table> [WITH (key = value, ...)]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateUpload {
+    /// The target table.
+    pub target: ObjectName,
+    /// `WITH` options, e.g. `ttl = '24h'`.
+    pub options: Vec<(String, String)>,
+}
+
+/// A statement about one upload: `PROMOTE UPLOAD '<id>'`, `ABORT UPLOAD '<id>'`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UploadStatement {
+    /// The upload id, as written.
+    pub id: String,
+    /// `WITH` options.
+    pub options: Vec<(String, String)>,
+}
+
+fn fmt_options(f: &mut fmt::Formatter<'_>, options: &[(String, String)]) -> fmt::Result {
+    if options.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = options
+        .iter()
+        .map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''")))
+        .collect();
+    write!(f, " WITH ({})", list.join(", "))
+}
+
+impl fmt::Display for CreateUpload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CREATE UPLOAD FOR {}", self.target)?;
+        fmt_options(f, &self.options)
+    }
+}
+
+impl fmt::Display for Statement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Statement::DataFusion(s) => write!(f, "{s}"),
+            Statement::CreateUpload(s) => write!(f, "{s}"),
+            Statement::PromoteUpload(s) => {
+                write!(f, "PROMOTE UPLOAD '{}'", s.id)?;
+                fmt_options(f, &s.options)
+            }
+            Statement::AbortUpload(s) => write!(f, "ABORT UPLOAD '{}'", s.id),
+            Statement::ExpireStaging => write!(f, "EXPIRE STAGING"),
+            Statement::CreateNamespace {
+                name,
+                if_not_exists,
+            } => {
+                let ine = if *if_not_exists { "IF NOT EXISTS " } else { "" };
+                write!(f, "CREATE NAMESPACE {ine}{name}")
+            }
+            Statement::Explain { verbose, statement } => {
+                let v = if *verbose { "VERBOSE " } else { "" };
+                write!(f, "EXPLAIN {v}{statement}")
+            }
+        }
+    }
+}
+
+/// What the first words of a statement say it is.
+enum Head {
+    CreateUpload,
+    PromoteUpload,
+    AbortUpload,
+    ExpireStaging,
+    CreateNamespace,
+    Explain,
+    Other,
+}
+
+/// icestage's SQL parser; see the module documentation.
+pub struct IcestageParser<'a> {
+    df: DFParser<'a>,
+}
+
+impl<'a> IcestageParser<'a> {
+    /// A parser over `sql`.
+    pub fn new(sql: &'a str) -> Result<Self> {
+        // `PARTITIONED BY (...)` (Spark's spelling) is read as `PARTITION BY`,
+        // which sqlparser parses into an expression list for CREATE TABLE.
+        let dialect = datafusion::sql::sqlparser::dialect::GenericDialect {};
+        let mut tokens = Tokenizer::new(&dialect, sql)
+            .tokenize_with_location()
+            .map_err(|e| DataFusionError::SQL(Box::new(e.into()), None))?;
+        for i in 0..tokens.len() {
+            if is_word(&tokens[i].token, "PARTITIONED")
+                && tokens
+                    .iter()
+                    .skip(i + 1)
+                    .find(|t| !matches!(t.token, Token::Whitespace(_)))
+                    .is_some_and(|t| is_word(&t.token, "BY"))
+            {
+                tokens[i].token = Token::make_keyword("PARTITION");
+            }
+        }
+        Ok(Self {
+            df: DFParserBuilder::new(tokens).build()?,
+        })
+    }
+
+    /// Parses every statement of `sql`.
+    pub fn parse_sql(sql: &'a str) -> Result<VecDeque<Statement>> {
+        let mut parser = Self::new(sql)?;
+        let mut statements = VecDeque::new();
+        loop {
+            while parser.df.parser.consume_token(&Token::SemiColon) {}
+            if parser.df.parser.peek_token().token == Token::EOF {
+                break;
+            }
+            statements.push_back(parser.parse_statement()?);
+            if !matches!(
+                parser.df.parser.peek_token().token,
+                Token::SemiColon | Token::EOF
+            ) {
+                return Err(parser.expected("end of statement"));
+            }
+        }
+        Ok(statements)
+    }
+
+    fn expected(&self, what: &str) -> Error {
+        let found = self.df.parser.peek_token();
+        Error::invalid(format!(
+            "syntax error: expected {what}, found '{found}' ({})",
+            location(&found)
+        ))
+    }
+
+    fn head(&self) -> Head {
+        let word = |n: usize| match &self.df.parser.peek_nth_token_ref(n).token {
+            Token::Word(w) => w.value.to_ascii_uppercase(),
+            _ => String::new(),
+        };
+        match (word(0).as_str(), word(1).as_str()) {
+            ("CREATE", "UPLOAD") => Head::CreateUpload,
+            ("PROMOTE", _) => Head::PromoteUpload,
+            ("ABORT", "UPLOAD") => Head::AbortUpload,
+            ("EXPIRE", _) => Head::ExpireStaging,
+            ("CREATE", "NAMESPACE") => Head::CreateNamespace,
+            ("EXPLAIN", _) => Head::Explain,
+            _ => Head::Other,
+        }
+    }
+
+    /// Parses one statement.
+    pub fn parse_statement(&mut self) -> Result<Statement> {
+        match self.head() {
+            Head::CreateUpload => {
+                let usage = "CREATE UPLOAD FOR <namespace>.<table> [WITH (ttl = '24h')]";
+                self.expect_words(&["CREATE", "UPLOAD", "FOR"], usage)?;
+                let target = self
+                    .df
+                    .parser
+                    .parse_object_name(false)
+                    .map_err(|_| self.usage(usage))?;
+                let options = self.parse_with_options()?;
+                Ok(Statement::CreateUpload(CreateUpload { target, options }))
+            }
+            Head::PromoteUpload => {
+                let usage = "PROMOTE UPLOAD '<upload id>' [WITH (...)]";
+                self.expect_words(&["PROMOTE", "UPLOAD"], usage)?;
+                let id = self.parse_id(usage)?;
+                let options = self.parse_with_options()?;
+                Ok(Statement::PromoteUpload(UploadStatement { id, options }))
+            }
+            Head::AbortUpload => {
+                let usage = "ABORT UPLOAD '<upload id>'";
+                self.expect_words(&["ABORT", "UPLOAD"], usage)?;
+                let id = self.parse_id(usage)?;
+                Ok(Statement::AbortUpload(UploadStatement { id, options: vec![] }))
+            }
+            Head::ExpireStaging => {
+                self.expect_words(&["EXPIRE", "STAGING"], "EXPIRE STAGING")?;
+                Ok(Statement::ExpireStaging)
+            }
+            Head::CreateNamespace => {
+                self.expect_words(&["CREATE", "NAMESPACE"], "CREATE NAMESPACE <name>")?;
+                let if_not_exists = self
+                    .df
+                    .parser
+                    .parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+                let name = self
+                    .df
+                    .parser
+                    .parse_object_name(false)
+                    .map_err(|_| self.usage("CREATE NAMESPACE [IF NOT EXISTS] <name>"))?;
+                Ok(Statement::CreateNamespace {
+                    name,
+                    if_not_exists,
+                })
+            }
+            Head::Explain => {
+                // EXPLAIN of an icestage statement is icestage's; anything
+                // else is DataFusion's own EXPLAIN.
+                let start = self.df.parser.index();
+                self.df.parser.next_token();
+                let verbose = self.df.parser.parse_keyword(Keyword::VERBOSE);
+                if matches!(self.head(), Head::Other | Head::Explain) {
+                    while self.df.parser.index() > start {
+                        self.df.parser.prev_token();
+                    }
+                    return Ok(Statement::DataFusion(Box::new(self.df.parse_statement()?)));
+                }
+                let statement = Box::new(self.parse_statement()?);
+                Ok(Statement::Explain { verbose, statement })
+            }
+            Head::Other => Ok(Statement::DataFusion(Box::new(self.df.parse_statement()?))),
+        }
+    }
+
+    fn usage(&self, usage: &str) -> Error {
+        let found = self.df.parser.peek_token();
+        Error::invalid(format!(
+            "syntax error at '{found}' ({}): the statement is {usage}",
+            location(&found)
+        ))
+    }
+
+    fn expect_words(&mut self, words: &[&str], usage: &str) -> Result<()> {
+        for expected in words {
+            let token = self.df.parser.peek_token();
+            if !is_word(&token.token, expected) {
+                return Err(self.usage(usage));
+            }
+            self.df.parser.next_token();
+        }
+        Ok(())
+    }
+
+    fn parse_id(&mut self, usage: &str) -> Result<String> {
+        match self.df.parser.next_token().token {
+            Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => Ok(s),
+            // An unquoted id (all hex) tokenizes as a number or a word.
+            Token::Word(Word { value, .. }) => Ok(value),
+            Token::Number(n, _) => Ok(n),
+            _ => {
+                self.df.parser.prev_token();
+                Err(self.usage(usage))
+            }
+        }
+    }
+
+    /// `WITH (key = value, ...)`, or nothing.
+    fn parse_with_options(&mut self) -> Result<Vec<(String, String)>> {
+        if !self.df.parser.parse_keyword(Keyword::WITH) {
+            return Ok(vec![]);
+        }
+        let usage = "WITH (<option> = <value>, ...)";
+        if !self.df.parser.consume_token(&Token::LParen) {
+            return Err(self.usage(usage));
+        }
+        let mut options = vec![];
+        loop {
+            let key = self.df.parse_option_key()?.to_ascii_lowercase();
+            let _ = self.df.parser.consume_token(&Token::Eq);
+            let value = match self.df.parse_option_value()? {
+                Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s,
+                Value::Number(n, _) => n,
+                other => other.to_string(),
+            };
+            options.push((key, value));
+            if self.df.parser.consume_token(&Token::RParen) {
+                return Ok(options);
+            }
+            if !self.df.parser.consume_token(&Token::Comma) {
+                return Err(self.usage(usage));
+            }
+        }
+    }
+}
+
+fn location(token: &datafusion::sql::sqlparser::tokenizer::TokenWithSpan) -> String {
+    let start = token.span.start;
+    format!("line {}, column {}", start.line, start.column)
+}
+
+fn is_word(token: &Token, expected: &str) -> bool {
+    matches!(token, Token::Word(w) if w.value.eq_ignore_ascii_case(expected) && w.quote_style.is_none())
+}
+
+/// Checks `options` against the keys a statement accepts.
+pub(crate) fn check_options(
+    statement: &str,
+    options: &[(String, String)],
+    accepted: &[&str],
+) -> Result<()> {
+    for (key, _) in options {
+        if !accepted.contains(&key.as_str()) {
+            let valid = if accepted.is_empty() {
+                "it takes no options".to_string()
+            } else {
+                format!("valid options are {}", accepted.join(", "))
+            };
+            return Err(Error::invalid(format!(
+                "{statement} has no option '{key}': {valid}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(sql: &str) -> Statement {
+        let mut all = IcestageParser::parse_sql(sql).unwrap();
+        assert_eq!(all.len(), 1, "{sql}");
+        all.pop_front().unwrap()
+    }
+
+    #[test]
+    fn statements_round_trip() {
+        for sql in [
+            "CREATE UPLOAD FOR payments.transactions",
+            "CREATE UPLOAD FOR payments.transactions WITH (ttl = '2h')",
+            "PROMOTE UPLOAD '0123456789abcdef0123456789abcdef'",
+            "ABORT UPLOAD 'abc'",
+            "EXPIRE STAGING",
+            "CREATE NAMESPACE IF NOT EXISTS payments",
+            "EXPLAIN PROMOTE UPLOAD 'abc'",
+        ] {
+            assert_eq!(one(sql).to_string(), sql);
+        }
+    }
+
+    #[test]
+    fn everything_else_is_datafusion() {
+        assert!(matches!(one("SELECT 1"), Statement::DataFusion(_)));
+        assert!(matches!(one("EXPLAIN SELECT 1"), Statement::DataFusion(_)));
+        assert!(matches!(
+            one("CREATE TABLE t (a INT) PARTITIONED BY (bucket(4, a))"),
+            Statement::DataFusion(_)
+        ));
+    }
+
+    #[test]
+    fn several_statements() {
+        let all = IcestageParser::parse_sql("EXPIRE STAGING; SELECT 1;; ABORT UPLOAD 'x'").unwrap();
+        assert_eq!(all.len(), 3);
+        let err = IcestageParser::parse_sql("EXPIRE STAGING SELECT 1").unwrap_err();
+        assert!(err.to_string().contains("expected end of statement"), "{err}");
+    }
+
+    #[test]
+    fn malformed_statements_say_the_usage() {
+        let err = IcestageParser::parse_sql("CREATE UPLOAD payments.t").unwrap_err();
+        assert!(err.to_string().contains("CREATE UPLOAD FOR <namespace>.<table>"), "{err}");
+        let err = IcestageParser::parse_sql("PROMOTE UPLOAD").unwrap_err();
+        assert!(err.to_string().contains("PROMOTE UPLOAD '<upload id>'"), "{err}");
+    }
+}

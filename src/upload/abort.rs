@@ -1,0 +1,113 @@
+//! `ABORT UPLOAD '<id>'`: discard a session's staged rows. Refused once a
+//! promotion holds the session, so a promotion's files are never purged.
+
+use chrono::Utc;
+use datafusion::arrow::array::RecordBatch;
+
+use super::log::LogRecord;
+use super::promote::{closed_or_unknown, load_target};
+use super::{Staging, UploadId, UploadState, find_staging, log, promoted_snapshot};
+use crate::context::Icestage;
+use crate::error::{Error, Result};
+use crate::plan::command::{CommandContext, abort_schema};
+use crate::plan::rows::{Value, batch};
+
+pub(crate) async fn abort_upload(ctx: &CommandContext, id: &str) -> Result<RecordBatch> {
+    let id = UploadId::parse(id)?;
+    let state = abort(&ctx.icestage, &id).await?;
+    batch(abort_schema(), &[vec![
+        Value::from(id.to_string()),
+        Value::from(state.as_str()),
+    ]])
+}
+
+async fn abort(icestage: &Icestage, id: &UploadId) -> Result<UploadState> {
+    if let Some(staging) = find_staging(icestage, id).await? {
+        discard(staging, UploadState::Aborted).await?;
+        return Ok(UploadState::Aborted);
+    }
+    for catalog in icestage.catalogs() {
+        if let Some(record) = log::lookup(catalog, id.as_str()).await? {
+            return match record.state {
+                // Aborting twice is harmless.
+                UploadState::Aborted | UploadState::Expired => Ok(record.state),
+                state => Err(Error::UploadState {
+                    id: id.to_string(),
+                    state: state.to_string(),
+                    hint: format!(
+                        "its rows are in {}{}; a promoted upload cannot be aborted",
+                        record.target_table,
+                        record
+                            .snapshot_id
+                            .map(|s| format!(" (snapshot {s})"))
+                            .unwrap_or_default()
+                    ),
+                }),
+            };
+        }
+    }
+    Err(closed_or_unknown(icestage, id).await?)
+}
+
+/// Marks the session `state` (aborted or expired), records it and purges the
+/// staging table with its data files.
+pub(crate) async fn discard(mut staging: Staging, state: UploadState) -> Result<()> {
+    staging
+        .transition(
+            &[
+                UploadState::Open,
+                UploadState::Failed,
+                UploadState::Aborted,
+                UploadState::Expired,
+            ],
+            state,
+            None,
+        )
+        .await
+        .map_err(|e| match e {
+            Error::UploadState { id, state: now, .. } if now == UploadState::Promoting.as_str() => {
+                Error::UploadState {
+                    hint: format!(
+                        "a PROMOTE UPLOAD holds it (or died holding it); run PROMOTE UPLOAD '{id}' again \
+                         to finish or fail it, then ABORT UPLOAD '{id}'"
+                    ),
+                    id,
+                    state: now,
+                }
+            }
+            other => other,
+        })?;
+    // Defensive: never purge files a promotion registered in the target.
+    if let Ok(target) = load_target(&staging).await
+        && let Some(snapshot_id) = promoted_snapshot(&target, &staging.id)
+    {
+        return Err(Error::UploadState {
+            id: staging.id.to_string(),
+            state: UploadState::Promoted.to_string(),
+            hint: format!(
+                "its rows are in {} (snapshot {snapshot_id}); run PROMOTE UPLOAD '{}' to finish its clean-up",
+                staging.target, staging.id
+            ),
+        });
+    }
+    log::append(&staging.catalog, &LogRecord {
+        upload_id: staging.id.to_string(),
+        state,
+        target_table: staging.target.to_string(),
+        staging_table: staging.name(),
+        created_at: staging.created_at,
+        expires_at: staging.expires_at,
+        recorded_at: Utc::now(),
+        rows: None,
+        files: None,
+        snapshot_id: None,
+        message: None,
+    })
+    .await?;
+    staging
+        .catalog
+        .catalog()
+        .purge_table(staging.table.identifier())
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! `CREATE UPLOAD FOR <table>`: a staging table with the target's schema,
+//! field ids, partition spec and sort order, registered in the target's catalog.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{Duration as ChronoDuration, Utc};
+use datafusion::arrow::array::RecordBatch;
+use iceberg::spec::TableMetadata;
+use iceberg::{MetadataLocation, NamespaceIdent, TableIdent};
+
+use super::{
+    PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID, STAGING_NAMESPACE,
+    UploadId, UploadState, is_missing,
+};
+use crate::config::parse_duration;
+use crate::error::{Error, Result};
+use crate::plan::command::{CommandContext, create_upload_schema};
+use crate::plan::rows::{Value, batch};
+
+/// Target properties a staging table inherits: how files are written, never
+/// where (a staging table's files stay under its own location).
+fn inherited(key: &str) -> bool {
+    key.starts_with("write.") && !key.ends_with(".path") && !key.contains("object-storage")
+}
+
+/// The metadata of a new staging table for `target`: the target's schemas
+/// (so field ids and `last-column-id` carry over), partition specs and sort
+/// orders, with no snapshots, no history, a fresh uuid and its own location.
+///
+/// `create_table` would renumber field ids from 1, and a metadata builder
+/// started from the target would keep its metadata log (which a later purge
+/// of the staging table would delete), so the metadata is derived from the
+/// target's serialized form, field by field as the Iceberg spec names them.
+pub(crate) fn staging_metadata(
+    target: &TableMetadata,
+    location: &str,
+    properties: HashMap<String, String>,
+) -> Result<TableMetadata> {
+    let mut json = serde_json::to_value(target).map_err(|e| Error::invalid(e.to_string()))?;
+    let object = json
+        .as_object_mut()
+        .ok_or_else(|| Error::invalid("internal: table metadata is not a JSON object"))?;
+    let mut props: BTreeMap<String, String> = target
+        .properties()
+        .iter()
+        .filter(|(k, _)| inherited(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    props.extend(properties);
+    object.insert("table-uuid".into(), uuid::Uuid::new_v4().to_string().into());
+    object.insert("location".into(), location.into());
+    object.insert("last-updated-ms".into(), Utc::now().timestamp_millis().into());
+    object.insert("last-sequence-number".into(), 0.into());
+    object.insert("properties".into(), serde_json::to_value(props).unwrap_or_default());
+    object.insert("snapshots".into(), serde_json::Value::Array(vec![]));
+    object.insert("snapshot-log".into(), serde_json::Value::Array(vec![]));
+    object.insert("metadata-log".into(), serde_json::Value::Array(vec![]));
+    object.insert("refs".into(), serde_json::Value::Object(Default::default()));
+    object.insert("statistics".into(), serde_json::Value::Array(vec![]));
+    object.insert("partition-statistics".into(), serde_json::Value::Array(vec![]));
+    object.remove("current-snapshot-id");
+    if object.contains_key("next-row-id") {
+        object.insert("next-row-id".into(), 0.into());
+    }
+    serde_json::from_value(json).map_err(|e| {
+        Error::invalid(format!("internal: staging metadata for {location} is invalid: {e}"))
+    })
+}
+
+pub(crate) async fn create_upload(
+    ctx: &CommandContext,
+    catalog: &str,
+    target: &TableIdent,
+    ttl: Option<&str>,
+) -> Result<RecordBatch> {
+    let catalog = ctx.icestage.catalog(catalog)?;
+    let target_name = target.to_string();
+    if target.namespace().join(".") == STAGING_NAMESPACE {
+        return Err(Error::invalid(format!(
+            "'{target_name}' is a staging table: open uploads for the target table it stages"
+        )));
+    }
+    let table = catalog.catalog().load_table(target).await.map_err(|e| {
+        if is_missing(&e) {
+            Error::TableNotFound {
+                table: target_name.clone(),
+                hint: format!(
+                    " in catalog '{}': create it first with CREATE TABLE {target_name} (...), \
+                     or check the name with SHOW TABLES",
+                    catalog.name()
+                ),
+            }
+        } else {
+            e.into()
+        }
+    })?;
+    let ttl = parse_duration(ttl.unwrap_or(ctx.options.upload_ttl.as_str()))?;
+    let id = UploadId::random();
+    let created_at = Utc::now();
+    let expires_at = created_at
+        + ChronoDuration::from_std(ttl).map_err(|_| Error::invalid("upload ttl is too long"))?;
+    catalog
+        .ensure_namespace(&NamespaceIdent::new(STAGING_NAMESPACE.to_string()))
+        .await?;
+    let ident = id.staging_table();
+    let location = catalog.default_table_location(&ident);
+    let metadata = staging_metadata(
+        table.metadata(),
+        &location,
+        HashMap::from([
+            (PROP_UPLOAD_ID.to_string(), id.to_string()),
+            (PROP_TARGET.to_string(), target_name.clone()),
+            (PROP_STATE.to_string(), UploadState::Open.to_string()),
+            (PROP_CREATED_AT.to_string(), created_at.to_rfc3339()),
+            (PROP_EXPIRES_AT.to_string(), expires_at.to_rfc3339()),
+        ]),
+    )?;
+    let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
+    metadata.write_to(table.file_io(), &metadata_location).await?;
+    catalog
+        .catalog()
+        .register_table(&ident, metadata_location.to_string())
+        .await?;
+
+    let mut connection = catalog.client_properties().clone();
+    connection.insert("name".to_string(), catalog.name().to_string());
+    let connection = serde_json::to_string(&connection).map_err(|e| Error::invalid(e.to_string()))?;
+    batch(create_upload_schema(), &[vec![
+        Value::from(id.to_string()),
+        Value::from(ident.to_string()),
+        Value::from(target_name),
+        Value::from(UploadState::Open.as_str()),
+        Value::from(Some(expires_at)),
+        Value::from(catalog.name()),
+        Value::from(connection),
+    ]])
+}

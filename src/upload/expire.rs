@@ -1,0 +1,47 @@
+//! `EXPIRE STAGING`: removes staging tables whose upload expired, finishes
+//! promotions that committed but did not clean up, and completes discards
+//! that were interrupted.
+
+use chrono::Utc;
+use datafusion::arrow::array::RecordBatch;
+
+use super::abort::discard;
+use super::promote::{load_target, promote};
+use super::{UploadState, list_staging, promoted_snapshot};
+use crate::error::Result;
+use crate::plan::Command;
+use crate::plan::command::CommandContext;
+use crate::plan::rows::{Value, batch};
+
+pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<RecordBatch> {
+    let now = Utc::now();
+    let mut removed = 0i64;
+    for catalog in ctx.icestage.catalogs() {
+        for staging in list_staging(catalog).await? {
+            let promoted = match load_target(&staging).await {
+                Ok(target) => promoted_snapshot(&target, &staging.id).is_some(),
+                Err(_) => false,
+            };
+            if promoted {
+                promote(&ctx.icestage, &staging.id).await?;
+                removed += 1;
+                continue;
+            }
+            match staging.state {
+                UploadState::Aborted | UploadState::Expired => {
+                    let state = staging.state;
+                    discard(staging, state).await?;
+                    removed += 1;
+                }
+                // A promotion holds it: never pull files from under it.
+                UploadState::Promoting | UploadState::Promoted => {}
+                UploadState::Open | UploadState::Failed if staging.is_expired(now) => {
+                    discard(staging, UploadState::Expired).await?;
+                    removed += 1;
+                }
+                UploadState::Open | UploadState::Failed => {}
+            }
+        }
+    }
+    batch(Command::ExpireStaging.schema(), &[vec![Value::from(removed)]])
+}

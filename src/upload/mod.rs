@@ -1,0 +1,369 @@
+//! Upload sessions: a staging table a client writes into, validated and
+//! promoted into the target exactly once.
+//!
+//! The story, one file per step: [`create`] opens a session, [`promote`]
+//! validates and commits it, [`abort`] and [`expire`] discard it, [`status`]
+//! answers where a session stands. All state lives in the catalog:
+//!
+//! * while the staging table exists, its table properties (`icestage.*`) hold
+//!   the session: target, state, expiry, failure reasons;
+//! * a promoted upload leaves `upload-id=<id>` in the summary of the target
+//!   snapshot that added its rows (the exactly-once evidence);
+//! * when the staging table goes away, a row in the catalog's
+//!   `icestage.upload_log` table ([`log`]) records how the session ended.
+
+pub(crate) mod abort;
+pub(crate) mod create;
+pub(crate) mod expire;
+pub(crate) mod log;
+pub(crate) mod promote;
+pub(crate) mod status;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{NamespaceIdent, TableIdent};
+
+use crate::catalog::IcebergCatalog;
+use crate::catalog::scoped::ScopedCatalog;
+use crate::context::Icestage;
+use crate::error::{Error, Result};
+
+/// Namespace of staging tables.
+pub const STAGING_NAMESPACE: &str = "staging";
+/// Prefix of a staging table's name; the upload id follows.
+pub const STAGING_TABLE_PREFIX: &str = "upload_";
+/// Snapshot summary key that records which upload a target snapshot promoted.
+pub const SNAPSHOT_UPLOAD_ID: &str = "upload-id";
+
+/// Staging table property: the upload id.
+pub const PROP_UPLOAD_ID: &str = "icestage.upload-id";
+/// Staging table property: the target table, `namespace.table`.
+pub const PROP_TARGET: &str = "icestage.target";
+/// Staging table property: the session state.
+pub const PROP_STATE: &str = "icestage.state";
+/// Staging table property: creation time, RFC 3339.
+pub const PROP_CREATED_AT: &str = "icestage.created-at";
+/// Staging table property: expiry time, RFC 3339.
+pub const PROP_EXPIRES_AT: &str = "icestage.expires-at";
+/// Staging table property: why the last promotion failed.
+pub const PROP_MESSAGE: &str = "icestage.message";
+
+/// An upload id: 128 random bits as 32 lowercase hex characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UploadId(String);
+
+impl UploadId {
+    /// A fresh, unguessable id.
+    pub fn random() -> Self {
+        Self(format!("{:032x}", rand::random::<u128>()))
+    }
+
+    /// Checks that `text` has the shape of an id.
+    pub fn parse(text: &str) -> Result<Self> {
+        let text = text.trim();
+        if text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            Ok(Self(text.to_ascii_lowercase()))
+        } else {
+            Err(Error::InvalidUploadId(text.to_string()))
+        }
+    }
+
+    /// The id's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The staging table of this upload.
+    pub fn staging_table(&self) -> TableIdent {
+        TableIdent::new(
+            NamespaceIdent::new(STAGING_NAMESPACE.to_string()),
+            format!("{STAGING_TABLE_PREFIX}{}", self.0),
+        )
+    }
+
+    /// The id of a staging table's name, if it is one.
+    pub(crate) fn from_staging_name(name: &str) -> Option<Self> {
+        name.strip_prefix(STAGING_TABLE_PREFIX)
+            .and_then(|id| Self::parse(id).ok())
+    }
+}
+
+impl fmt::Display for UploadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where an upload session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UploadState {
+    /// The client may write into the staging table.
+    Open,
+    /// A `PROMOTE UPLOAD` claimed the session (or died while holding it).
+    Promoting,
+    /// The rows are in the target.
+    Promoted,
+    /// The last promotion failed validation; the staging table is kept.
+    Failed,
+    /// Discarded by `ABORT UPLOAD`.
+    Aborted,
+    /// Discarded by `EXPIRE STAGING` after its time ran out.
+    Expired,
+}
+
+impl UploadState {
+    /// The state's name as SQL shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Promoting => "promoting",
+            Self::Promoted => "promoted",
+            Self::Failed => "failed",
+            Self::Aborted => "aborted",
+            Self::Expired => "expired",
+        }
+    }
+}
+
+impl fmt::Display for UploadState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for UploadState {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "open" => Self::Open,
+            "promoting" => Self::Promoting,
+            "promoted" => Self::Promoted,
+            "failed" => Self::Failed,
+            "aborted" => Self::Aborted,
+            "expired" => Self::Expired,
+            other => {
+                return Err(Error::invalid(format!(
+                    "'{other}' is not an upload state: expected one of open, promoting, promoted, failed, aborted, expired"
+                )));
+            }
+        })
+    }
+}
+
+/// A live upload session: its staging table and what its properties say.
+#[derive(Debug, Clone)]
+pub(crate) struct Staging {
+    pub(crate) id: UploadId,
+    pub(crate) catalog: Arc<IcebergCatalog>,
+    pub(crate) table: Table,
+    pub(crate) target: TableIdent,
+    pub(crate) state: UploadState,
+    pub(crate) created_at: Option<DateTime<Utc>>,
+    pub(crate) expires_at: Option<DateTime<Utc>>,
+    pub(crate) message: Option<String>,
+}
+
+impl Staging {
+    /// Reads a session from its staging table's properties.
+    pub(crate) fn from_table(catalog: Arc<IcebergCatalog>, table: Table) -> Result<Self> {
+        let props = table.metadata().properties();
+        let name = table.identifier().to_string();
+        let missing = |key: &str| {
+            Error::invalid(format!(
+                "staging table {name} has no '{key}' property: it was not created by CREATE UPLOAD"
+            ))
+        };
+        let id = UploadId::parse(props.get(PROP_UPLOAD_ID).ok_or_else(|| missing(PROP_UPLOAD_ID))?)?;
+        let target = props.get(PROP_TARGET).ok_or_else(|| missing(PROP_TARGET))?;
+        let target = TableIdent::from_strs(target.split('.'))?;
+        let state = props
+            .get(PROP_STATE)
+            .ok_or_else(|| missing(PROP_STATE))?
+            .parse()?;
+        let time = |key: &str| {
+            props
+                .get(key)
+                .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+                .map(|t| t.with_timezone(&Utc))
+        };
+        Ok(Self {
+            id,
+            catalog,
+            target,
+            state,
+            created_at: time(PROP_CREATED_AT),
+            expires_at: time(PROP_EXPIRES_AT),
+            message: props.get(PROP_MESSAGE).cloned(),
+            table,
+        })
+    }
+
+    /// The staging table's name, `staging.upload_<id>`.
+    pub(crate) fn name(&self) -> String {
+        self.table.identifier().to_string()
+    }
+
+    /// True once the expiry time has passed.
+    pub(crate) fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
+
+    /// Commits a state change to the staging table's properties, but only if
+    /// the state is still one of `from` when the commit is attempted: the
+    /// check runs again on every retry, so two processes racing (a promotion
+    /// and an abort) cannot both win.
+    pub(crate) async fn transition(
+        &mut self,
+        from: &[UploadState],
+        to: UploadState,
+        message: Option<&str>,
+    ) -> Result<()> {
+        let allowed: Vec<UploadState> = from.to_vec();
+        let id = self.id.clone();
+        let check: crate::catalog::scoped::LoadCheck = Arc::new(move |table: &Table| {
+            let state = table
+                .metadata()
+                .properties()
+                .get(PROP_STATE)
+                .and_then(|s| s.parse::<UploadState>().ok());
+            match state {
+                Some(state) if allowed.contains(&state) => Ok(()),
+                other => Err(iceberg::Error::new(
+                    iceberg::ErrorKind::DataInvalid,
+                    format!(
+                        "{STATE_CONFLICT}{}",
+                        other.map_or("unknown".to_string(), |s| s.to_string())
+                    ),
+                )
+                .with_context("upload", id.to_string())),
+            }
+        });
+        let catalog = ScopedCatalog::new(Arc::clone(self.catalog.catalog())).check_on_load(check);
+        let tx = Transaction::new(&self.table);
+        let tx = tx
+            .update_table_properties()
+            .set(PROP_STATE.to_string(), to.to_string())
+            .set(PROP_MESSAGE.to_string(), message.unwrap_or_default().to_string())
+            .apply(tx)?;
+        match tx.commit(&catalog).await {
+            Ok(table) => {
+                *self = Staging::from_table(Arc::clone(&self.catalog), table)?;
+                Ok(())
+            }
+            Err(e) if e.message().starts_with(STATE_CONFLICT) => {
+                let now = e.message().trim_start_matches(STATE_CONFLICT).to_string();
+                Err(Error::UploadState {
+                    id: self.id.to_string(),
+                    state: now,
+                    hint: format!("another process changed it while this one wanted it {to}; \
+                                   check SELECT * FROM upload_status('{}')", self.id),
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+const STATE_CONFLICT: &str = "upload state changed concurrently: now ";
+
+/// Finds the live session of `id` in any catalog.
+pub(crate) async fn find_staging(icestage: &Icestage, id: &UploadId) -> Result<Option<Staging>> {
+    let ident = id.staging_table();
+    for catalog in icestage.catalogs() {
+        match catalog.catalog().load_table(&ident).await {
+            Ok(table) => return Ok(Some(Staging::from_table(Arc::clone(catalog), table)?)),
+            Err(e) if is_missing(&e) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
+}
+
+/// All live sessions of one catalog.
+pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<Staging>> {
+    let namespace = NamespaceIdent::new(STAGING_NAMESPACE.to_string());
+    if !catalog.catalog().namespace_exists(&namespace).await? {
+        return Ok(vec![]);
+    }
+    let mut sessions = vec![];
+    for ident in catalog.catalog().list_tables(&namespace).await? {
+        if UploadId::from_staging_name(ident.name()).is_none() {
+            continue;
+        }
+        match catalog.catalog().load_table(&ident).await {
+            Ok(table) => {
+                if let Ok(session) = Staging::from_table(Arc::clone(catalog), table) {
+                    sessions.push(session);
+                }
+            }
+            // Dropped between listing and loading: it finished meanwhile.
+            Err(e) if is_missing(&e) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(sessions)
+}
+
+/// The target snapshot that promoted `id`, if any (the exactly-once evidence).
+pub(crate) fn promoted_snapshot(target: &Table, id: &UploadId) -> Option<i64> {
+    target
+        .metadata()
+        .snapshots()
+        .find(|s| {
+            s.summary()
+                .additional_properties
+                .get(SNAPSHOT_UPLOAD_ID)
+                .is_some_and(|v| v == id.as_str())
+        })
+        .map(|s| s.snapshot_id())
+}
+
+/// True for "no such table / namespace" errors.
+pub(crate) fn is_missing(error: &iceberg::Error) -> bool {
+    matches!(
+        error.kind(),
+        iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_128_random_bits_in_hex() {
+        let a = UploadId::random();
+        let b = UploadId::random();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), 32);
+        assert_eq!(UploadId::parse(a.as_str()).unwrap(), a);
+        assert_eq!(a.staging_table().to_string(), format!("staging.upload_{a}"));
+        assert_eq!(UploadId::from_staging_name(&format!("upload_{a}")), Some(a));
+    }
+
+    #[test]
+    fn malformed_ids_are_refused_with_the_value() {
+        let err = UploadId::parse("upload_123").unwrap_err().to_string();
+        assert!(err.starts_with("'upload_123' is not an upload id"), "{err}");
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for state in [
+            UploadState::Open,
+            UploadState::Promoting,
+            UploadState::Promoted,
+            UploadState::Failed,
+            UploadState::Aborted,
+            UploadState::Expired,
+        ] {
+            assert_eq!(state.as_str().parse::<UploadState>().unwrap(), state);
+        }
+    }
+}
