@@ -123,7 +123,10 @@ impl IcestageConfig {
                 name: EMBEDDED_CATALOG_NAME.to_string(),
                 kind: CATALOG_TYPE_SQL.to_string(),
                 config: BTreeMap::from([
-                    (PROP_URI.to_string(), sqlite_uri(&dir.join(EMBEDDED_CATALOG_FILE))),
+                    (
+                        PROP_URI.to_string(),
+                        sqlite_uri(&dir.join(EMBEDDED_CATALOG_FILE)),
+                    ),
                     (PROP_WAREHOUSE.to_string(), file_uri(&dir)),
                 ]),
             }],
@@ -145,7 +148,10 @@ impl IcestageConfig {
     pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::Config(format!("cannot read catalog config '{}': {e}", path.display()))
+            Error::Config(format!(
+                "cannot read catalog config '{}': {e}",
+                path.display()
+            ))
         })?;
         Self::from_toml_str(&text)
             .map_err(|e| Error::Config(format!("in '{}': {e}", path.display())))
@@ -220,7 +226,10 @@ mod tests {
         assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
         assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86_400));
-        assert_eq!(parse_duration("2 days").unwrap(), Duration::from_secs(172_800));
+        assert_eq!(
+            parse_duration("2 days").unwrap(),
+            Duration::from_secs(172_800)
+        );
         assert_eq!(parse_duration("15").unwrap(), Duration::from_secs(15));
         let err = parse_duration("soon").unwrap_err().to_string();
         assert!(err.contains("'soon' is not a duration"), "{err}");
@@ -234,7 +243,10 @@ mod tests {
             sqlite_path("sqlite:/a/b.db?mode=rwc"),
             Some(PathBuf::from("/a/b.db"))
         );
-        assert_eq!(sqlite_path("sqlite:///a/b.db"), Some(PathBuf::from("/a/b.db")));
+        assert_eq!(
+            sqlite_path("sqlite:///a/b.db"),
+            Some(PathBuf::from("/a/b.db"))
+        );
         assert_eq!(sqlite_path("postgres://x"), None);
     }
 
@@ -252,7 +264,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.catalogs[0].name, "lake");
-        assert_eq!(config.catalogs[0].config[PROP_URI], "sqlite:/tmp/x.db?mode=rwc");
+        assert_eq!(
+            config.catalogs[0].config[PROP_URI],
+            "sqlite:/tmp/x.db?mode=rwc"
+        );
         let err = IcestageConfig::from_toml_str("catalogs = []").unwrap_err();
         assert!(err.to_string().contains("no catalogs configured"), "{err}");
     }

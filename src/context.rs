@@ -97,9 +97,10 @@ impl Icestage {
         table: &TableReference,
     ) -> Result<(Arc<IcebergCatalog>, iceberg::TableIdent)> {
         let options = state.config().options();
-        let resolved = table
-            .clone()
-            .resolve(&options.catalog.default_catalog, &options.catalog.default_schema);
+        let resolved = table.clone().resolve(
+            &options.catalog.default_catalog,
+            &options.catalog.default_schema,
+        );
         let catalog = self.catalog(&resolved.catalog).map_err(|_| {
             Error::invalid(format!(
                 "table '{table}' is in catalog '{}', which is not an Iceberg catalog icestage serves \
@@ -108,7 +109,8 @@ impl Icestage {
                 catalog_names(&self.catalogs)
             ))
         })?;
-        let ident = iceberg::TableIdent::from_strs([resolved.schema.as_ref(), resolved.table.as_ref()])?;
+        let ident =
+            iceberg::TableIdent::from_strs([resolved.schema.as_ref(), resolved.table.as_ref()])?;
         Ok((Arc::clone(catalog), ident))
     }
 }

@@ -132,11 +132,19 @@ fn iceberg_message(error: &iceberg::Error) -> String {
 }
 
 impl Error {
+    /// The one-line message a user sees: icestage's own text, or for an
+    /// error that went through DataFusion, [`error_message`].
+    pub fn user_message(&self) -> String {
+        match self {
+            Error::DataFusion(e) => error_message(e),
+            other => other.to_string(),
+        }
+    }
+
     /// Shorthand for [`Error::InvalidInput`].
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidInput(message.into())
     }
-
 }
 
 impl From<Error> for DataFusionError {

@@ -13,8 +13,8 @@ mod upload;
 
 pub use catalog::IcebergCatalog;
 pub use config::{
-    CatalogConfig, EMBEDDED_CATALOG_FILE, EMBEDDED_CATALOG_NAME, IcestageConfig, IcestageOptions, Ttl,
-    parse_duration,
+    CatalogConfig, EMBEDDED_CATALOG_FILE, EMBEDDED_CATALOG_NAME, IcestageConfig, IcestageOptions,
+    Ttl, parse_duration,
 };
 pub use context::{Icestage, execute_statement, register, sql};
 pub use error::{Error, Result, error_message};

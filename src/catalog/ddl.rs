@@ -8,13 +8,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema as ArrowSchema, TimeUnit};
+use datafusion::arrow::array::{RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{
+    DataType, Field, FieldRef, Fields, Schema as ArrowSchema, TimeUnit,
+};
 use datafusion::sql::sqlparser::ast::{
     CreateTableOptions, Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments,
     SqlOption, Value,
 };
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
-use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableCreation};
 
@@ -28,15 +30,21 @@ pub(crate) fn iceberg_schema(arrow: &ArrowSchema) -> Result<Schema> {
     let fields: Vec<FieldRef> = arrow
         .fields()
         .iter()
-        .map(|f| storable_field(f))
+        .map(storable_field)
         .collect::<Result<_>>()?;
-    Ok(arrow_schema_to_schema_auto_assign_ids(&ArrowSchema::new(fields))?)
+    Ok(arrow_schema_to_schema_auto_assign_ids(&ArrowSchema::new(
+        fields,
+    ))?)
 }
 
 /// `field` with its type changed to one Iceberg v2 stores.
 fn storable_field(field: &FieldRef) -> Result<FieldRef> {
     let data_type = storable_type(field.name(), field.data_type())?;
-    Ok(Arc::new(Field::new(field.name(), data_type, field.is_nullable())))
+    Ok(Arc::new(Field::new(
+        field.name(),
+        data_type,
+        field.is_nullable(),
+    )))
 }
 
 fn storable_type(column: &str, data_type: &DataType) -> Result<DataType> {
@@ -144,7 +152,8 @@ fn partition_item(item: &SqlExpr) -> Result<(String, Transform)> {
                     "partition transform '{item}' takes a column name, not '{other}'"
                 ))),
             };
-            let width = |expr: &SqlExpr| match expr {
+            let width = |expr: &SqlExpr| {
+                match expr {
                 SqlExpr::Value(v) => match &v.value {
                     Value::Number(n, _) => n.parse::<u32>().ok().filter(|w| *w > 0),
                     _ => None,
@@ -155,7 +164,8 @@ fn partition_item(item: &SqlExpr) -> Result<(String, Transform)> {
                 Error::invalid(format!(
                     "partition transform '{item}' needs a positive whole number as its first argument"
                 ))
-            });
+            })
+            };
             let time = |transform: Transform| -> Result<(String, Transform)> {
                 match args.as_slice() {
                     [c] => Ok((column(c)?, transform)),
@@ -243,7 +253,10 @@ pub(crate) async fn create_namespace(
 
 /// Runs `CREATE TABLE [AS SELECT]` on an Iceberg catalog; the result is the
 /// number of rows written when there is a query, nothing otherwise.
-pub(crate) async fn create_table(ctx: &CommandContext, create: &CreateTable) -> Result<RecordBatch> {
+pub(crate) async fn create_table(
+    ctx: &CommandContext,
+    create: &CreateTable,
+) -> Result<RecordBatch> {
     let catalog = ctx.icestage.catalog(&create.catalog)?;
     let namespace = create.ident.namespace();
     let name = format!("{}.{}", namespace.join("."), create.ident.name());
@@ -264,7 +277,9 @@ pub(crate) async fn create_table(ctx: &CommandContext, create: &CreateTable) -> 
                 false,
             )])?)
         } else {
-            Ok(RecordBatch::new_empty(std::sync::Arc::new(ArrowSchema::empty())))
+            Ok(RecordBatch::new_empty(std::sync::Arc::new(
+                ArrowSchema::empty(),
+            )))
         }
     };
     if catalog.catalog().table_exists(&create.ident).await? {
@@ -286,8 +301,14 @@ pub(crate) async fn create_table(ctx: &CommandContext, create: &CreateTable) -> 
     catalog.catalog().create_table(namespace, creation).await?;
     let rows = match (&ctx.input, &ctx.session) {
         (Some(input), Some(session)) => {
-            insert_into(catalog, &create.ident, session.as_ref(), std::sync::Arc::clone(input), &ctx.task)
-                .await?
+            insert_into(
+                catalog,
+                &create.ident,
+                session.as_ref(),
+                std::sync::Arc::clone(input),
+                &ctx.task,
+            )
+            .await?
         }
         _ => 0,
     };
@@ -337,13 +358,20 @@ mod tests {
             .iter()
             .map(|f| (f.name.clone(), f.source_id, f.transform))
             .collect();
-        assert_eq!(fields, vec![
-            ("ts_day".to_string(), 2, Transform::Day),
-            ("id_bucket".to_string(), 1, Transform::Bucket(16)),
-            ("name".to_string(), 3, Transform::Identity),
-        ]);
+        assert_eq!(
+            fields,
+            vec![
+                ("ts_day".to_string(), 2, Transform::Day),
+                ("id_bucket".to_string(), 1, Transform::Bucket(16)),
+                ("name".to_string(), 3, Transform::Identity),
+            ]
+        );
         let err = partition_spec(&expr("(week(ts))"), &schema()).unwrap_err();
-        assert!(err.to_string().contains("'week(ts)' is not a partition transform"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("'week(ts)' is not a partition transform"),
+            "{err}"
+        );
         let err = partition_spec(&expr("missing"), &schema()).unwrap_err();
         assert!(err.to_string().contains("column 'missing'"), "{err}");
     }

@@ -126,10 +126,18 @@ impl IcebergCatalog {
         if self.catalog.namespace_exists(namespace).await? {
             return Ok(());
         }
-        match self.catalog.create_namespace(namespace, HashMap::new()).await {
+        match self
+            .catalog
+            .create_namespace(namespace, HashMap::new())
+            .await
+        {
             Ok(_) => Ok(()),
-            Err(e) if e.kind() == iceberg::ErrorKind::NamespaceAlreadyExists => Ok(()),
-            Err(e) => Err(e.into()),
+            // Another process created it first (the SQL catalog may report the
+            // race as a failed insert rather than NamespaceAlreadyExists).
+            Err(e) => match self.catalog.namespace_exists(namespace).await {
+                Ok(true) => Ok(()),
+                _ => Err(e.into()),
+            },
         }
     }
 }
@@ -141,9 +149,8 @@ impl IcebergCatalog {
 /// tests use; on any other runtime this answers with an error instead of
 /// deadlocking.
 pub(crate) fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
-    let handle = tokio::runtime::Handle::try_current().map_err(|_| {
-        Error::NotSupported("icestage must run inside a tokio runtime".to_string())
-    })?;
+    let handle = tokio::runtime::Handle::try_current()
+        .map_err(|_| Error::NotSupported("icestage must run inside a tokio runtime".to_string()))?;
     if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
         return Err(Error::NotSupported(
             "icestage needs a multi-threaded tokio runtime: build it with \

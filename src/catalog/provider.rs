@@ -10,14 +10,18 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
-use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
+use datafusion::arrow::array::{Array, RecordBatch, UInt64Array};
 use datafusion::catalog::Session;
+use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result as DFResult};
-use datafusion::arrow::array::{Array, UInt64Array};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::prelude::SessionContext;
 use iceberg::{NamespaceIdent, TableIdent};
 use iceberg_datafusion::IcebergCatalogProvider as UpstreamCatalogProvider;
 
@@ -44,23 +48,21 @@ impl CatalogProvider for IcestageCatalogProvider {
     }
 
     fn schema_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = block_on(async {
-            Ok(self.catalog.catalog().list_namespaces(None).await?)
-        })
-        .unwrap_or_default()
-        .into_iter()
-        .map(|ns| ns.join("."))
-        .collect();
+        let mut names: Vec<String> =
+            block_on(async { Ok(self.catalog.catalog().list_namespaces(None).await?) })
+                .unwrap_or_default()
+                .into_iter()
+                .map(|ns| ns.join("."))
+                .collect();
         names.sort();
         names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         let namespace = NamespaceIdent::new(name.to_string());
-        let exists = block_on(async {
-            Ok(self.catalog.catalog().namespace_exists(&namespace).await?)
-        })
-        .unwrap_or(false);
+        let exists =
+            block_on(async { Ok(self.catalog.catalog().namespace_exists(&namespace).await?) })
+                .unwrap_or(false);
         exists.then(|| {
             Arc::new(IcestageSchemaProvider {
                 catalog: Arc::clone(&self.catalog),
@@ -195,13 +197,16 @@ pub(crate) async fn insert_into(
     input: Arc<dyn ExecutionPlan>,
     task: &Arc<TaskContext>,
 ) -> Result<u64> {
-    let provider = table_provider(catalog, table, None)
-        .await?
-        .ok_or_else(|| Error::TableNotFound {
-            table: table.to_string(),
-            hint: String::new(),
-        })?;
-    let plan = provider.insert_into(session, input, InsertOp::Append).await?;
+    let provider =
+        table_provider(catalog, table, None)
+            .await?
+            .ok_or_else(|| Error::TableNotFound {
+                table: table.to_string(),
+                hint: String::new(),
+            })?;
+    let plan = provider
+        .insert_into(session, input, InsertOp::Append)
+        .await?;
     let batches = collect(plan, Arc::clone(task)).await?;
     let mut rows = 0;
     for batch in &batches {
@@ -212,6 +217,49 @@ pub(crate) async fn insert_into(
     Ok(rows)
 }
 
+/// Appends `rows` to an Iceberg table in one commit, from an internal
+/// session. iceberg's own commit retries conflicts with backoff but no
+/// jitter, so a crowd of concurrent writers can exhaust it; the whole append
+/// is retried with jitter.
+pub(crate) async fn append_batch(
+    catalog: &IcebergCatalog,
+    table: &TableIdent,
+    rows: RecordBatch,
+) -> Result<()> {
+    let mut attempt = 0u32;
+    loop {
+        let ctx = SessionContext::new();
+        let state = ctx.state();
+        let input = MemorySourceConfig::try_new_exec(&[vec![rows.clone()]], rows.schema(), None)?;
+        match insert_into(catalog, table, &state, input, &state.task_ctx()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if is_commit_conflict(&e) && attempt < 8 => {
+                attempt += 1;
+                tokio::time::sleep(jitter(attempt)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A randomised pause before retry `attempt` (1-based).
+pub(crate) fn jitter(attempt: u32) -> Duration {
+    let base = 50u64 * u64::from(attempt.min(10));
+    Duration::from_millis(base + rand::random::<u64>() % (base * 4 + 1))
+}
+
+/// True when `error` is an Iceberg commit conflict (retryable).
+pub(crate) fn is_commit_conflict(error: &Error) -> bool {
+    let iceberg = match error {
+        Error::Iceberg(e) => Some(e),
+        Error::DataFusion(DataFusionError::External(inner)) => {
+            inner.downcast_ref::<iceberg::Error>()
+        }
+        _ => None,
+    };
+    iceberg.is_some_and(|e| e.kind() == iceberg::ErrorKind::CatalogCommitConflicts)
+}
+
 #[async_trait]
 impl SchemaProvider for IcestageSchemaProvider {
     fn as_any(&self) -> &dyn Any {
@@ -219,13 +267,12 @@ impl SchemaProvider for IcestageSchemaProvider {
     }
 
     fn table_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = block_on(async {
-            Ok(self.catalog.catalog().list_tables(&self.namespace).await?)
-        })
-        .unwrap_or_default()
-        .into_iter()
-        .map(|t| t.name().to_string())
-        .collect();
+        let mut names: Vec<String> =
+            block_on(async { Ok(self.catalog.catalog().list_tables(&self.namespace).await?) })
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| t.name().to_string())
+                .collect();
         names.sort();
         names
     }
@@ -267,7 +314,6 @@ impl SchemaProvider for IcestageSchemaProvider {
     fn table_exist(&self, name: &str) -> bool {
         let base = name.split_once('$').map_or(name, |(base, _)| base);
         let ident = self.ident(base);
-        block_on(async { Ok(self.catalog.catalog().table_exists(&ident).await?) })
-            .unwrap_or(false)
+        block_on(async { Ok(self.catalog.catalog().table_exists(&ident).await?) }).unwrap_or(false)
     }
 }

@@ -18,9 +18,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use iceberg::table::Table;
-use iceberg::{
-    Catalog, Namespace, NamespaceIdent, Result, TableCommit, TableCreation, TableIdent,
-};
+use iceberg::{Catalog, Namespace, NamespaceIdent, Result, TableCommit, TableCreation, TableIdent};
 
 /// A check run on every table load; an error stops the caller.
 pub(crate) type LoadCheck = Arc<dyn Fn(&Table) -> Result<()> + Send + Sync>;
@@ -68,7 +66,10 @@ impl fmt::Debug for ScopedCatalog {
 
 #[async_trait]
 impl Catalog for ScopedCatalog {
-    async fn list_namespaces(&self, parent: Option<&NamespaceIdent>) -> Result<Vec<NamespaceIdent>> {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> Result<Vec<NamespaceIdent>> {
         match &self.only {
             Some(table) if parent.is_none() => Ok(vec![table.namespace().clone()]),
             Some(_) => Ok(vec![]),

@@ -29,6 +29,8 @@ pub(crate) fn register_all(ctx: &SessionContext) {
     ctx.register_udtf("uploads", Arc::new(upload::UploadsFunc));
     ctx.register_udtf("create_upload", Arc::new(upload::CreateUploadFunc));
     ctx.register_udtf("promote_upload", Arc::new(upload::PromoteUploadFunc));
+    ctx.register_udtf("upload_findings", Arc::new(upload::UploadFindingsFunc));
+    ctx.register_udtf("table_constraints", Arc::new(upload::TableConstraintsFunc));
 }
 
 /// Builds the command once the session is known (names resolve against it).
@@ -54,7 +56,9 @@ impl CommandTable {
 
 impl fmt::Debug for CommandTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CommandTable").field("schema", &self.schema).finish()
+        f.debug_struct("CommandTable")
+            .field("schema", &self.schema)
+            .finish()
     }
 }
 
@@ -79,11 +83,17 @@ impl TableProvider for CommandTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let state = state.as_any().downcast_ref::<SessionState>().ok_or_else(|| {
-            DataFusionError::Plan("icestage table functions need a DataFusion SessionState".to_string())
-        })?;
+        let state = state
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .ok_or_else(|| {
+                DataFusionError::Plan(
+                    "icestage table functions need a DataFusion SessionState".to_string(),
+                )
+            })?;
         let command = (self.make)(state)?;
-        let exec: Arc<dyn ExecutionPlan> = Arc::new(CommandExec::new(Arc::new(command), None, None));
+        let exec: Arc<dyn ExecutionPlan> =
+            Arc::new(CommandExec::new(Arc::new(command), None, None));
         project(exec, projection)
     }
 }
@@ -97,14 +107,19 @@ pub(crate) fn string_arg(
 ) -> DFResult<String> {
     match args.get(index) {
         Some(Expr::Literal(
-            ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)),
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
+            | ScalarValue::Utf8View(Some(s)),
             _,
         )) => Ok(s.clone()),
         Some(other) => plan_err!(
             "{function} takes a string literal as argument {}, got {other}: call it as {signature}",
             index + 1
         ),
-        None => plan_err!("{function} is missing argument {}: call it as {signature}", index + 1),
+        None => plan_err!(
+            "{function} is missing argument {}: call it as {signature}",
+            index + 1
+        ),
     }
 }
 

@@ -12,7 +12,7 @@ use super::{CommandTable, at_most, string_arg};
 use crate::config::parse_duration;
 use crate::context::Icestage;
 use crate::plan::Command;
-use crate::plan::command::create_upload_schema;
+use crate::plan::command::{constraints_schema, create_upload_schema};
 use crate::upload::UploadId;
 
 /// `upload_status('<id>')`: one row, the state of the upload.
@@ -61,7 +61,8 @@ impl TableFunctionImpl for CreateUploadFunc {
             create_upload_schema(),
             Arc::new(move |state| {
                 let icestage = Icestage::from_config(state.config())?;
-                let (catalog, target) = icestage.resolve(state, &TableReference::from(table.as_str()))?;
+                let (catalog, target) =
+                    icestage.resolve(state, &TableReference::from(table.as_str()))?;
                 Ok(Command::CreateUpload {
                     catalog: catalog.name().to_string(),
                     target,
@@ -82,6 +83,48 @@ impl TableFunctionImpl for PromoteUploadFunc {
         at_most(args, 1, "promote_upload", signature)?;
         let id = string_arg(args, 0, "promote_upload", signature)?;
         UploadId::parse(&id)?;
-        Ok(CommandTable::of(Command::PromoteUpload { id }))
+        Ok(CommandTable::of(Command::PromoteUpload {
+            id,
+            dry_run: false,
+            plan: vec![],
+        }))
+    }
+}
+
+/// `upload_findings('<id>')`: the row-level findings of the last validation.
+#[derive(Debug)]
+pub(crate) struct UploadFindingsFunc;
+
+impl TableFunctionImpl for UploadFindingsFunc {
+    fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
+        let signature = "upload_findings('<upload id>')";
+        at_most(args, 1, "upload_findings", signature)?;
+        let id = string_arg(args, 0, "upload_findings", signature)?;
+        UploadId::parse(&id)?;
+        Ok(CommandTable::of(Command::UploadFindings { id }))
+    }
+}
+
+/// `table_constraints('<table>')`: the rules stored with a table.
+#[derive(Debug)]
+pub(crate) struct TableConstraintsFunc;
+
+impl TableFunctionImpl for TableConstraintsFunc {
+    fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
+        let signature = "table_constraints('<namespace>.<table>')";
+        at_most(args, 1, "table_constraints", signature)?;
+        let table = string_arg(args, 0, "table_constraints", signature)?;
+        Ok(CommandTable::new(
+            constraints_schema(),
+            Arc::new(move |state| {
+                let icestage = Icestage::from_config(state.config())?;
+                let (catalog, table) =
+                    icestage.resolve(state, &TableReference::from(table.as_str()))?;
+                Ok(Command::ListConstraints {
+                    catalog: catalog.name().to_string(),
+                    table,
+                })
+            }),
+        ))
     }
 }

@@ -19,6 +19,7 @@ use crate::config::IcestageOptions;
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::upload;
+use crate::upload::rules::Rule;
 
 /// One icestage operation.
 #[derive(Debug, Clone)]
@@ -29,8 +30,30 @@ pub(crate) enum Command {
         target: TableIdent,
         ttl: Option<String>,
     },
-    /// `PROMOTE UPLOAD '<id>'`
-    PromoteUpload { id: String },
+    /// `PROMOTE UPLOAD '<id>' [WITH (dry_run = true)]`; `plan` describes
+    /// the validation for EXPLAIN (filled in only when explaining).
+    PromoteUpload {
+        id: String,
+        dry_run: bool,
+        plan: Vec<String>,
+    },
+    /// `upload_findings('<id>')`
+    UploadFindings { id: String },
+    /// `ALTER TABLE <t> ADD CONSTRAINT ...`
+    AddConstraint {
+        catalog: String,
+        table: TableIdent,
+        rule: Rule,
+    },
+    /// `ALTER TABLE <t> DROP CONSTRAINT ...`
+    DropConstraint {
+        catalog: String,
+        table: TableIdent,
+        name: String,
+        if_exists: bool,
+    },
+    /// `table_constraints('<table>')`
+    ListConstraints { catalog: String, table: TableIdent },
     /// `ABORT UPLOAD '<id>'`
     AbortUpload { id: String },
     /// `EXPIRE STAGING`
@@ -125,7 +148,32 @@ pub(crate) fn status_schema() -> SchemaRef {
         int64("rows"),
         int64("files"),
         int64("snapshot_id"),
+        int64("findings"),
         utf8("message", true),
+    ]))
+}
+
+/// The columns of `upload_findings(id)`.
+pub(crate) fn findings_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        utf8("upload_id", false),
+        utf8("rule", false),
+        utf8("kind", false),
+        utf8("row", false),
+        utf8("file", true),
+        int64("position"),
+        utf8("values", false),
+        utf8("message", false),
+    ]))
+}
+
+/// The columns of `table_constraints(table)`.
+pub(crate) fn constraints_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        utf8("table_name", false),
+        utf8("constraint_name", false),
+        utf8("kind", false),
+        utf8("definition", false),
     ]))
 }
 
@@ -170,6 +218,10 @@ impl Command {
         match self {
             Command::CreateUpload { .. } => "CreateUpload",
             Command::PromoteUpload { .. } => "PromoteUpload",
+            Command::UploadFindings { .. } => "UploadFindings",
+            Command::AddConstraint { .. } => "AddConstraint",
+            Command::DropConstraint { .. } => "DropConstraint",
+            Command::ListConstraints { .. } => "ListConstraints",
             Command::AbortUpload { .. } => "AbortUpload",
             Command::ExpireStaging => "ExpireStaging",
             Command::UploadStatus { .. } => "UploadStatus",
@@ -191,9 +243,18 @@ impl Command {
                 false,
             )])),
             Command::UploadStatus { .. } | Command::ListUploads => status_schema(),
-            Command::CreateTable(create) if create.with_query => Arc::new(Schema::new(vec![
-                Field::new("count", DataType::UInt64, false),
-            ])),
+            Command::UploadFindings { .. } => findings_schema(),
+            Command::ListConstraints { .. } => constraints_schema(),
+            Command::AddConstraint { .. } | Command::DropConstraint { .. } => {
+                Arc::new(Schema::empty())
+            }
+            Command::CreateTable(create) if create.with_query => {
+                Arc::new(Schema::new(vec![Field::new(
+                    "count",
+                    DataType::UInt64,
+                    false,
+                )]))
+            }
             Command::CreateNamespace { .. } | Command::CreateTable(_) => Arc::new(Schema::empty()),
         }
     }
@@ -206,7 +267,30 @@ impl Command {
                 target,
                 ttl,
             } => upload::create::create_upload(&ctx, catalog, target, ttl.as_deref()).await?,
-            Command::PromoteUpload { id } => upload::promote::promote_upload(&ctx, id).await?,
+            Command::PromoteUpload { id, dry_run, .. } => {
+                upload::promote::promote_upload(&ctx, id, *dry_run).await?
+            }
+            Command::UploadFindings { id } => upload::status::upload_findings(&ctx, id).await?,
+            Command::AddConstraint {
+                catalog,
+                table,
+                rule,
+            } => {
+                upload::rules::add_constraint(&ctx, catalog, table, rule).await?;
+                RecordBatch::new_empty(self.schema())
+            }
+            Command::DropConstraint {
+                catalog,
+                table,
+                name,
+                if_exists,
+            } => {
+                upload::rules::drop_constraint(&ctx, catalog, table, name, *if_exists).await?;
+                RecordBatch::new_empty(self.schema())
+            }
+            Command::ListConstraints { catalog, table } => {
+                upload::rules::list_constraints(&ctx, catalog, table).await?
+            }
             Command::AbortUpload { id } => upload::abort::abort_upload(&ctx, id).await?,
             Command::ExpireStaging => upload::expire::expire_staging(&ctx).await?,
             Command::UploadStatus { id } => upload::status::upload_status(&ctx, id).await?,
@@ -248,7 +332,40 @@ impl fmt::Display for Command {
                 }
                 Ok(())
             }
-            Command::PromoteUpload { id } => write!(f, "PromoteUpload: upload={id}"),
+            Command::PromoteUpload { id, dry_run, plan } => {
+                write!(f, "PromoteUpload: upload={id}")?;
+                if *dry_run {
+                    write!(f, ", dry_run")?;
+                }
+                for step in plan {
+                    write!(f, "\n  {step}")?;
+                }
+                Ok(())
+            }
+            Command::UploadFindings { id } => write!(f, "UploadFindings: upload={id}"),
+            Command::AddConstraint {
+                catalog,
+                table,
+                rule,
+            } => write!(
+                f,
+                "AddConstraint: {catalog}.{table} {} {}",
+                rule.name(),
+                rule.definition()
+            ),
+            Command::DropConstraint {
+                catalog,
+                table,
+                name,
+                if_exists,
+            } => write!(
+                f,
+                "DropConstraint: {catalog}.{table} {name}{}",
+                if *if_exists { ", if_exists" } else { "" }
+            ),
+            Command::ListConstraints { catalog, table } => {
+                write!(f, "ListConstraints: {catalog}.{table}")
+            }
             Command::AbortUpload { id } => write!(f, "AbortUpload: upload={id}"),
             Command::ExpireStaging => write!(f, "ExpireStaging"),
             Command::UploadStatus { id } => write!(f, "UploadStatus: upload={id}"),
@@ -261,7 +378,11 @@ impl fmt::Display for Command {
                 f,
                 "CreateNamespace: {catalog}.{}{}",
                 namespace.join("."),
-                if *if_not_exists { ", if_not_exists" } else { "" }
+                if *if_not_exists {
+                    ", if_not_exists"
+                } else {
+                    ""
+                }
             ),
             Command::CreateTable(create) => {
                 write!(f, "CreateIcebergTable: {}.{}", create.catalog, create.ident)?;

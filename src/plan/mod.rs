@@ -19,22 +19,38 @@ use iceberg::NamespaceIdent;
 
 pub(crate) use self::command::Command;
 use self::command::CreateTable;
-pub(crate) use self::node::IcestageQueryPlanner;
 use self::node::CommandNode;
+pub(crate) use self::node::IcestageQueryPlanner;
 use crate::catalog::ddl;
 use crate::config::parse_duration;
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::sql::parser::{Statement, check_options};
+use crate::upload::rules::Rule;
 
 /// Plans one parsed statement.
-pub(crate) async fn statement_to_plan(state: &SessionState, statement: Statement) -> Result<LogicalPlan> {
+pub(crate) async fn statement_to_plan(
+    state: &SessionState,
+    statement: Statement,
+) -> Result<LogicalPlan> {
+    plan_statement(state, statement, false).await
+}
+
+/// Plans a statement; `explaining` asks commands to describe what they
+/// would do (which may read the catalog).
+async fn plan_statement(
+    state: &SessionState,
+    statement: Statement,
+    explaining: bool,
+) -> Result<LogicalPlan> {
     let icestage = Icestage::from_config(state.config())?;
     match statement {
         Statement::DataFusion(statement) => plan_datafusion(state, &icestage, *statement).await,
         Statement::Explain { verbose, statement } => {
-            let inner = Box::pin(statement_to_plan(state, *statement)).await?;
-            Ok(LogicalPlanBuilder::from(inner).explain(verbose, false)?.build()?)
+            let inner = Box::pin(plan_statement(state, *statement, true)).await?;
+            Ok(LogicalPlanBuilder::from(inner)
+                .explain(verbose, false)?
+                .build()?)
         }
         Statement::CreateUpload(create) => {
             check_options("CREATE UPLOAD", &create.options, &["ttl"])?;
@@ -46,7 +62,8 @@ pub(crate) async fn statement_to_plan(state: &SessionState, statement: Statement
             if let Some(ttl) = &ttl {
                 parse_duration(ttl)?;
             }
-            let (catalog, target) = icestage.resolve(state, &table_reference(state, create.target)?)?;
+            let (catalog, target) =
+                icestage.resolve(state, &table_reference(state, create.target)?)?;
             command_plan(Command::CreateUpload {
                 catalog: catalog.name().to_string(),
                 target,
@@ -54,8 +71,21 @@ pub(crate) async fn statement_to_plan(state: &SessionState, statement: Statement
             })
         }
         Statement::PromoteUpload(promote) => {
-            check_options("PROMOTE UPLOAD", &promote.options, &[])?;
-            command_plan(Command::PromoteUpload { id: promote.id })
+            check_options("PROMOTE UPLOAD", &promote.options, &["dry_run"])?;
+            let dry_run = match promote.options.iter().find(|(k, _)| k == "dry_run") {
+                None => false,
+                Some((_, value)) => parse_bool("dry_run", value)?,
+            };
+            let plan = if explaining {
+                crate::upload::validate::explain(&icestage, &promote.id).await?
+            } else {
+                vec![]
+            };
+            command_plan(Command::PromoteUpload {
+                id: promote.id,
+                dry_run,
+                plan,
+            })
         }
         Statement::AbortUpload(abort) => command_plan(Command::AbortUpload { id: abort.id }),
         Statement::ExpireStaging => command_plan(Command::ExpireStaging),
@@ -73,12 +103,27 @@ pub(crate) async fn statement_to_plan(state: &SessionState, statement: Statement
     }
 }
 
+/// `true`/`false` (and `on`/`off`, `1`/`0`) for option `name`.
+fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "on" | "1" | "yes" => Ok(true),
+        "false" | "off" | "0" | "no" => Ok(false),
+        _ => Err(Error::invalid(format!(
+            "option {name} = '{value}' is not a boolean: write {name} = true or {name} = false"
+        ))),
+    }
+}
+
 fn command_plan(command: Command) -> Result<LogicalPlan> {
     Ok(CommandNode::new(command, None)?.into_plan())
 }
 
 fn table_reference(state: &SessionState, name: ObjectName) -> Result<TableReference> {
-    let normalize = state.config().options().sql_parser.enable_ident_normalization;
+    let normalize = state
+        .config()
+        .options()
+        .sql_parser
+        .enable_ident_normalization;
     Ok(object_name_to_table_reference(name, normalize)?)
 }
 
@@ -88,7 +133,11 @@ fn namespace_of(
     icestage: &Icestage,
     name: &ObjectName,
 ) -> Result<(String, NamespaceIdent)> {
-    let normalize = state.config().options().sql_parser.enable_ident_normalization;
+    let normalize = state
+        .config()
+        .options()
+        .sql_parser
+        .enable_ident_normalization;
     let parts: Vec<String> = name
         .0
         .iter()
@@ -102,7 +151,10 @@ fn namespace_of(
         })
         .collect();
     match parts.as_slice() {
-        [ns] => Ok((icestage.default_catalog().name().to_string(), NamespaceIdent::new(ns.clone()))),
+        [ns] => Ok((
+            icestage.default_catalog().name().to_string(),
+            NamespaceIdent::new(ns.clone()),
+        )),
         [catalog, ns] => {
             icestage.catalog(catalog)?;
             Ok((catalog.clone(), NamespaceIdent::new(ns.clone())))
@@ -113,24 +165,117 @@ fn namespace_of(
     }
 }
 
+/// True when `reference` names a table of one of icestage's catalogs.
+fn in_icestage_catalog(
+    state: &SessionState,
+    icestage: &Icestage,
+    reference: &TableReference,
+) -> bool {
+    let resolved = reference.clone().resolve(
+        &state.config().options().catalog.default_catalog,
+        &state.config().options().catalog.default_schema,
+    );
+    icestage.catalog(&resolved.catalog).is_ok()
+}
+
 async fn plan_datafusion(
     state: &SessionState,
     icestage: &Icestage,
     statement: DFStatement,
 ) -> Result<LogicalPlan> {
-    if let DFStatement::Statement(sql) = &statement
-        && let SqlStatement::CreateTable(create) = sql.as_ref()
-    {
-        let reference = table_reference(state, create.name.clone())?;
-        let resolved = reference.clone().resolve(
-            &state.config().options().catalog.default_catalog,
-            &state.config().options().catalog.default_schema,
-        );
-        if icestage.catalog(&resolved.catalog).is_ok() {
-            return plan_create_table(state, icestage, create.clone(), &reference).await;
+    if let DFStatement::Statement(sql) = &statement {
+        match sql.as_ref() {
+            SqlStatement::CreateTable(create) => {
+                let reference = table_reference(state, create.name.clone())?;
+                if in_icestage_catalog(state, icestage, &reference) {
+                    return plan_create_table(state, icestage, create.clone(), &reference).await;
+                }
+            }
+            SqlStatement::AlterTable(alter) => {
+                let reference = table_reference(state, alter.name.clone())?;
+                if in_icestage_catalog(state, icestage, &reference) {
+                    return plan_alter_table(state, icestage, alter, &reference);
+                }
+            }
+            _ => {}
         }
     }
     Ok(state.statement_to_plan(statement).await?)
+}
+
+/// `ALTER TABLE` on an Iceberg catalog: adding and dropping the rules that
+/// promotion checks.
+fn plan_alter_table(
+    state: &SessionState,
+    icestage: &Icestage,
+    alter: &datafusion::sql::sqlparser::ast::AlterTable,
+    reference: &TableReference,
+) -> Result<LogicalPlan> {
+    use datafusion::sql::sqlparser::ast::{AlterTableOperation, TableConstraint};
+
+    let (catalog, table) = icestage.resolve(state, reference)?;
+    let catalog = catalog.name().to_string();
+    let usage = format!(
+        "ALTER TABLE {reference} supports ADD CONSTRAINT <name> CHECK (<predicate>), \
+         ADD CONSTRAINT <name> UNIQUE (<columns>) and DROP CONSTRAINT <name>"
+    );
+    let [operation] = alter.operations.as_slice() else {
+        return Err(Error::NotSupported(format!("{usage}, one at a time")));
+    };
+    let columns = |list: &[datafusion::sql::sqlparser::ast::IndexColumn]| {
+        list.iter()
+            .map(|c| c.column.expr.to_string())
+            .collect::<Vec<_>>()
+    };
+    let named = |name: &Option<datafusion::sql::sqlparser::ast::Ident>| {
+        name.as_ref().map(|n| n.value.clone()).ok_or_else(|| {
+            Error::invalid(format!(
+                "give the constraint a name: ALTER TABLE {reference} ADD CONSTRAINT <name> ..."
+            ))
+        })
+    };
+    let command = match operation {
+        AlterTableOperation::AddConstraint { constraint, .. } => {
+            let rule = match constraint {
+                TableConstraint::Check(check) => Rule::Check {
+                    name: named(&check.name)?,
+                    predicate: check.expr.to_string(),
+                },
+                TableConstraint::Unique(unique) => Rule::Unique {
+                    name: named(&unique.name)?,
+                    columns: columns(&unique.columns),
+                },
+                TableConstraint::PrimaryKey(key) => Rule::Unique {
+                    name: named(&key.name)?,
+                    columns: columns(&key.columns),
+                },
+                other => {
+                    return Err(Error::NotSupported(format!(
+                        "constraint '{other}' is not supported: {usage}"
+                    )));
+                }
+            };
+            Command::AddConstraint {
+                catalog,
+                table,
+                rule,
+            }
+        }
+        AlterTableOperation::DropConstraint {
+            if_exists, name, ..
+        } => Command::DropConstraint {
+            catalog,
+            table,
+            name: name.value.clone(),
+            if_exists: *if_exists,
+        },
+        other => {
+            return Err(Error::NotSupported(format!(
+                "'{other}' is not supported: {usage}"
+            )));
+        }
+    };
+    command_plan(command)
 }
 
 /// `CREATE TABLE` on an Iceberg catalog: DataFusion plans the columns (or the
@@ -152,7 +297,9 @@ async fn plan_create_table(
     let properties = ddl::table_properties(&create.table_options)?;
     create.table_options = CreateTableOptions::None;
     let plan = state
-        .statement_to_plan(DFStatement::Statement(Box::new(SqlStatement::CreateTable(create))))
+        .statement_to_plan(DFStatement::Statement(Box::new(SqlStatement::CreateTable(
+            create,
+        ))))
         .await?;
     let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(memory)) = plan else {
         return Err(Error::NotSupported(format!(

@@ -13,11 +13,13 @@ use datafusion::common::{DFSchema, DFSchemaRef};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::context::{QueryPlanner, SessionState};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNode, UserDefinedLogicalNodeCore};
+use datafusion::logical_expr::{
+    Expr, LogicalPlan, UserDefinedLogicalNode, UserDefinedLogicalNodeCore,
+};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -71,7 +73,9 @@ impl Hash for CommandNode {
 
 impl PartialOrd for CommandNode {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        self.command.to_string().partial_cmp(&other.command.to_string())
+        self.command
+            .to_string()
+            .partial_cmp(&other.command.to_string())
     }
 }
 
@@ -96,7 +100,11 @@ impl UserDefinedLogicalNodeCore for CommandNode {
         write!(f, "{}", self.command)
     }
 
-    fn with_exprs_and_inputs(&self, _exprs: Vec<Expr>, mut inputs: Vec<LogicalPlan>) -> DFResult<Self> {
+    fn with_exprs_and_inputs(
+        &self,
+        _exprs: Vec<Expr>,
+        mut inputs: Vec<LogicalPlan>,
+    ) -> DFResult<Self> {
         Ok(Self {
             command: Arc::clone(&self.command),
             schema: Arc::clone(&self.schema),
@@ -177,7 +185,11 @@ impl ExecutionPlan for CommandExec {
         )))
     }
 
-    fn execute(&self, partition: usize, task: Arc<TaskContext>) -> DFResult<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        partition: usize,
+        task: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
         if partition != 0 {
             return Err(DataFusionError::Internal(format!(
                 "CommandExec has one partition, asked for {partition}"
@@ -190,7 +202,10 @@ impl ExecutionPlan for CommandExec {
         let stream = futures::stream::once(async move {
             command.execute(ctx).await.map_err(DataFusionError::from)
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), stream)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            stream,
+        )))
     }
 }
 

@@ -216,7 +216,10 @@ impl<'a> IcestageParser<'a> {
                 let usage = "ABORT UPLOAD '<upload id>'";
                 self.expect_words(&["ABORT", "UPLOAD"], usage)?;
                 let id = self.parse_id(usage)?;
-                Ok(Statement::AbortUpload(UploadStatement { id, options: vec![] }))
+                Ok(Statement::AbortUpload(UploadStatement {
+                    id,
+                    options: vec![],
+                }))
             }
             Head::ExpireStaging => {
                 self.expect_words(&["EXPIRE", "STAGING"], "EXPIRE STAGING")?;
@@ -224,10 +227,10 @@ impl<'a> IcestageParser<'a> {
             }
             Head::CreateNamespace => {
                 self.expect_words(&["CREATE", "NAMESPACE"], "CREATE NAMESPACE <name>")?;
-                let if_not_exists = self
-                    .df
-                    .parser
-                    .parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+                let if_not_exists =
+                    self.df
+                        .parser
+                        .parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
                 let name = self
                     .df
                     .parser
@@ -388,14 +391,24 @@ mod tests {
         let all = IcestageParser::parse_sql("EXPIRE STAGING; SELECT 1;; ABORT UPLOAD 'x'").unwrap();
         assert_eq!(all.len(), 3);
         let err = IcestageParser::parse_sql("EXPIRE STAGING SELECT 1").unwrap_err();
-        assert!(err.to_string().contains("expected end of statement"), "{err}");
+        assert!(
+            err.to_string().contains("expected end of statement"),
+            "{err}"
+        );
     }
 
     #[test]
     fn malformed_statements_say_the_usage() {
         let err = IcestageParser::parse_sql("CREATE UPLOAD payments.t").unwrap_err();
-        assert!(err.to_string().contains("CREATE UPLOAD FOR <namespace>.<table>"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("CREATE UPLOAD FOR <namespace>.<table>"),
+            "{err}"
+        );
         let err = IcestageParser::parse_sql("PROMOTE UPLOAD").unwrap_err();
-        assert!(err.to_string().contains("PROMOTE UPLOAD '<upload id>'"), "{err}");
+        assert!(
+            err.to_string().contains("PROMOTE UPLOAD '<upload id>'"),
+            "{err}"
+        );
     }
 }

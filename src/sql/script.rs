@@ -234,10 +234,7 @@ impl Variables {
                  narrow it with WHERE or LIMIT 1"
             )));
         }
-        let batch = batches
-            .iter()
-            .find(|b| b.num_rows() == 1)
-            .expect("one row");
+        let batch = batches.iter().find(|b| b.num_rows() == 1).expect("one row");
         let options = FormatOptions::default();
         for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
             let name = format!("{prefix}{}", field.name());
@@ -268,21 +265,27 @@ mod tests {
         let (items, rest) = split_script(
             "SELECT ';' AS a; -- a comment; still comment\nSELECT \"x;y\" FROM t;\n/* ; */ SELECT 2",
         );
-        assert_eq!(items, vec![sql("SELECT ';' AS a"), sql("SELECT \"x;y\" FROM t")]);
+        assert_eq!(
+            items,
+            vec![sql("SELECT ';' AS a"), sql("SELECT \"x;y\" FROM t")]
+        );
         assert_eq!(rest.trim(), "SELECT 2");
     }
 
     #[test]
     fn gset_and_meta_commands() {
         let (items, rest) = split_script("\\d\nCREATE UPLOAD FOR t \\gset up_\n\\set x 1\n");
-        assert_eq!(items, vec![
-            ScriptItem::Meta("\\d".to_string()),
-            ScriptItem::Sql {
-                text: "CREATE UPLOAD FOR t".to_string(),
-                gset: Some("up_".to_string()),
-            },
-            ScriptItem::Meta("\\set x 1".to_string()),
-        ]);
+        assert_eq!(
+            items,
+            vec![
+                ScriptItem::Meta("\\d".to_string()),
+                ScriptItem::Sql {
+                    text: "CREATE UPLOAD FOR t".to_string(),
+                    gset: Some("up_".to_string()),
+                },
+                ScriptItem::Meta("\\set x 1".to_string()),
+            ]
+        );
         assert!(rest.is_empty());
     }
 

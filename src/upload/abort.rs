@@ -1,12 +1,10 @@
 //! `ABORT UPLOAD '<id>'`: discard a session's staged rows. Refused once a
 //! promotion holds the session, so a promotion's files are never purged.
 
-use chrono::Utc;
 use datafusion::arrow::array::RecordBatch;
 
-use super::log::LogRecord;
 use super::promote::{closed_or_unknown, load_target};
-use super::{Staging, UploadId, UploadState, find_staging, log, promoted_snapshot};
+use super::{Staging, UploadId, UploadState, find_staging, findings, log, promoted_snapshot};
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, abort_schema};
@@ -15,10 +13,13 @@ use crate::plan::rows::{Value, batch};
 pub(crate) async fn abort_upload(ctx: &CommandContext, id: &str) -> Result<RecordBatch> {
     let id = UploadId::parse(id)?;
     let state = abort(&ctx.icestage, &id).await?;
-    batch(abort_schema(), &[vec![
-        Value::from(id.to_string()),
-        Value::from(state.as_str()),
-    ]])
+    batch(
+        abort_schema(),
+        &[vec![
+            Value::from(id.to_string()),
+            Value::from(state.as_str()),
+        ]],
+    )
 }
 
 async fn abort(icestage: &Icestage, id: &UploadId) -> Result<UploadState> {
@@ -36,7 +37,7 @@ async fn abort(icestage: &Icestage, id: &UploadId) -> Result<UploadState> {
                     state: state.to_string(),
                     hint: format!(
                         "its rows are in {}{}; a promoted upload cannot be aborted",
-                        record.target_table,
+                        record.target,
                         record
                             .snapshot_id
                             .map(|s| format!(" (snapshot {s})"))
@@ -90,20 +91,8 @@ pub(crate) async fn discard(mut staging: Staging, state: UploadState) -> Result<
             ),
         });
     }
-    log::append(&staging.catalog, &LogRecord {
-        upload_id: staging.id.to_string(),
-        state,
-        target_table: staging.target.to_string(),
-        staging_table: staging.name(),
-        created_at: staging.created_at,
-        expires_at: staging.expires_at,
-        recorded_at: Utc::now(),
-        rows: None,
-        files: None,
-        snapshot_id: None,
-        message: None,
-    })
-    .await?;
+    log::append(&staging.catalog, &staging.record(state)).await?;
+    findings::discard(&staging.catalog, &staging.id).await?;
     staging
         .catalog
         .catalog()

@@ -49,21 +49,32 @@ pub(crate) fn staging_metadata(
     props.extend(properties);
     object.insert("table-uuid".into(), uuid::Uuid::new_v4().to_string().into());
     object.insert("location".into(), location.into());
-    object.insert("last-updated-ms".into(), Utc::now().timestamp_millis().into());
+    object.insert(
+        "last-updated-ms".into(),
+        Utc::now().timestamp_millis().into(),
+    );
     object.insert("last-sequence-number".into(), 0.into());
-    object.insert("properties".into(), serde_json::to_value(props).unwrap_or_default());
+    object.insert(
+        "properties".into(),
+        serde_json::to_value(props).unwrap_or_default(),
+    );
     object.insert("snapshots".into(), serde_json::Value::Array(vec![]));
     object.insert("snapshot-log".into(), serde_json::Value::Array(vec![]));
     object.insert("metadata-log".into(), serde_json::Value::Array(vec![]));
     object.insert("refs".into(), serde_json::Value::Object(Default::default()));
     object.insert("statistics".into(), serde_json::Value::Array(vec![]));
-    object.insert("partition-statistics".into(), serde_json::Value::Array(vec![]));
+    object.insert(
+        "partition-statistics".into(),
+        serde_json::Value::Array(vec![]),
+    );
     object.remove("current-snapshot-id");
     if object.contains_key("next-row-id") {
         object.insert("next-row-id".into(), 0.into());
     }
     serde_json::from_value(json).map_err(|e| {
-        Error::invalid(format!("internal: staging metadata for {location} is invalid: {e}"))
+        Error::invalid(format!(
+            "internal: staging metadata for {location} is invalid: {e}"
+        ))
     })
 }
 
@@ -102,6 +113,9 @@ pub(crate) async fn create_upload(
     catalog
         .ensure_namespace(&NamespaceIdent::new(STAGING_NAMESPACE.to_string()))
         .await?;
+    // The log that will record how this upload ends, created now rather than
+    // by racing promotions.
+    super::log::log_table(catalog).await?;
     let ident = id.staging_table();
     let location = catalog.default_table_location(&ident);
     let metadata = staging_metadata(
@@ -116,7 +130,9 @@ pub(crate) async fn create_upload(
         ]),
     )?;
     let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
-    metadata.write_to(table.file_io(), &metadata_location).await?;
+    metadata
+        .write_to(table.file_io(), &metadata_location)
+        .await?;
     catalog
         .catalog()
         .register_table(&ident, metadata_location.to_string())
@@ -124,14 +140,18 @@ pub(crate) async fn create_upload(
 
     let mut connection = catalog.client_properties().clone();
     connection.insert("name".to_string(), catalog.name().to_string());
-    let connection = serde_json::to_string(&connection).map_err(|e| Error::invalid(e.to_string()))?;
-    batch(create_upload_schema(), &[vec![
-        Value::from(id.to_string()),
-        Value::from(ident.to_string()),
-        Value::from(target_name),
-        Value::from(UploadState::Open.as_str()),
-        Value::from(Some(expires_at)),
-        Value::from(catalog.name()),
-        Value::from(connection),
-    ]])
+    let connection =
+        serde_json::to_string(&connection).map_err(|e| Error::invalid(e.to_string()))?;
+    batch(
+        create_upload_schema(),
+        &[vec![
+            Value::from(id.to_string()),
+            Value::from(ident.to_string()),
+            Value::from(target_name),
+            Value::from(UploadState::Open.as_str()),
+            Value::from(Some(expires_at)),
+            Value::from(catalog.name()),
+            Value::from(connection),
+        ]],
+    )
 }

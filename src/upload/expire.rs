@@ -43,5 +43,8 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<RecordBatch> 
             }
         }
     }
-    batch(Command::ExpireStaging.schema(), &[vec![Value::from(removed)]])
+    batch(
+        Command::ExpireStaging.schema(),
+        &[vec![Value::from(removed)]],
+    )
 }

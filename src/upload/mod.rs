@@ -15,9 +15,12 @@
 pub(crate) mod abort;
 pub(crate) mod create;
 pub(crate) mod expire;
+pub(crate) mod findings;
 pub(crate) mod log;
 pub(crate) mod promote;
+pub(crate) mod rules;
 pub(crate) mod status;
+pub(crate) mod validate;
 
 use std::fmt;
 use std::str::FromStr;
@@ -32,6 +35,7 @@ use crate::catalog::IcebergCatalog;
 use crate::catalog::scoped::ScopedCatalog;
 use crate::context::Icestage;
 use crate::error::{Error, Result};
+use crate::plan::rows::Value;
 
 /// Namespace of staging tables.
 pub const STAGING_NAMESPACE: &str = "staging";
@@ -52,6 +56,8 @@ pub const PROP_CREATED_AT: &str = "icestage.created-at";
 pub const PROP_EXPIRES_AT: &str = "icestage.expires-at";
 /// Staging table property: why the last promotion failed.
 pub const PROP_MESSAGE: &str = "icestage.message";
+/// Staging table property: rule violations found by the last validation.
+pub const PROP_FINDINGS: &str = "icestage.findings";
 
 /// An upload id: 128 random bits as 32 lowercase hex characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -156,6 +162,46 @@ impl FromStr for UploadState {
     }
 }
 
+/// What is known of one upload: a row of `upload_status` / `uploads()`, and
+/// what the upload log stores when a session ends.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct UploadRecord {
+    pub(crate) id: String,
+    pub(crate) state: UploadState,
+    pub(crate) catalog: String,
+    pub(crate) target: String,
+    pub(crate) staging: String,
+    pub(crate) created_at: Option<DateTime<Utc>>,
+    pub(crate) expires_at: Option<DateTime<Utc>>,
+    /// When the log recorded it (`None` for a live session).
+    pub(crate) recorded_at: Option<DateTime<Utc>>,
+    pub(crate) rows: Option<i64>,
+    pub(crate) files: Option<i64>,
+    pub(crate) snapshot_id: Option<i64>,
+    pub(crate) findings: Option<i64>,
+    pub(crate) message: Option<String>,
+}
+
+impl UploadRecord {
+    /// The values in the order of `status_schema()`.
+    pub(crate) fn row(&self) -> Vec<Value> {
+        vec![
+            Value::from(self.id.clone()),
+            Value::from(self.state.as_str()),
+            Value::from(self.catalog.clone()),
+            Value::from(self.target.clone()),
+            Value::from(self.staging.clone()),
+            Value::from(self.created_at),
+            Value::from(self.expires_at),
+            Value::from(self.rows),
+            Value::from(self.files),
+            Value::from(self.snapshot_id),
+            Value::from(self.findings),
+            Value::from(self.message.clone()),
+        ]
+    }
+}
+
 /// A live upload session: its staging table and what its properties say.
 #[derive(Debug, Clone)]
 pub(crate) struct Staging {
@@ -167,6 +213,7 @@ pub(crate) struct Staging {
     pub(crate) created_at: Option<DateTime<Utc>>,
     pub(crate) expires_at: Option<DateTime<Utc>>,
     pub(crate) message: Option<String>,
+    pub(crate) findings: Option<i64>,
 }
 
 impl Staging {
@@ -179,7 +226,11 @@ impl Staging {
                 "staging table {name} has no '{key}' property: it was not created by CREATE UPLOAD"
             ))
         };
-        let id = UploadId::parse(props.get(PROP_UPLOAD_ID).ok_or_else(|| missing(PROP_UPLOAD_ID))?)?;
+        let id = UploadId::parse(
+            props
+                .get(PROP_UPLOAD_ID)
+                .ok_or_else(|| missing(PROP_UPLOAD_ID))?,
+        )?;
         let target = props.get(PROP_TARGET).ok_or_else(|| missing(PROP_TARGET))?;
         let target = TableIdent::from_strs(target.split('.'))?;
         let state = props
@@ -200,8 +251,28 @@ impl Staging {
             created_at: time(PROP_CREATED_AT),
             expires_at: time(PROP_EXPIRES_AT),
             message: props.get(PROP_MESSAGE).cloned(),
+            findings: props.get(PROP_FINDINGS).and_then(|v| v.parse().ok()),
             table,
         })
+    }
+
+    /// The record of this session in `state`, as of now.
+    pub(crate) fn record(&self, state: UploadState) -> UploadRecord {
+        UploadRecord {
+            id: self.id.to_string(),
+            state,
+            catalog: self.catalog.name().to_string(),
+            target: self.target.to_string(),
+            staging: self.name(),
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            recorded_at: Some(Utc::now()),
+            rows: None,
+            files: None,
+            snapshot_id: None,
+            findings: self.findings,
+            message: self.message.clone().filter(|m| !m.is_empty()),
+        }
     }
 
     /// The staging table's name, `staging.upload_<id>`.
@@ -249,7 +320,14 @@ impl Staging {
         let tx = tx
             .update_table_properties()
             .set(PROP_STATE.to_string(), to.to_string())
-            .set(PROP_MESSAGE.to_string(), message.unwrap_or_default().to_string())
+            .set(
+                PROP_MESSAGE.to_string(),
+                message.unwrap_or_default().to_string(),
+            )
+            .set(
+                PROP_FINDINGS.to_string(),
+                self.findings.unwrap_or(0).to_string(),
+            )
             .apply(tx)?;
         match tx.commit(&catalog).await {
             Ok(table) => {
@@ -261,8 +339,11 @@ impl Staging {
                 Err(Error::UploadState {
                     id: self.id.to_string(),
                     state: now,
-                    hint: format!("another process changed it while this one wanted it {to}; \
-                                   check SELECT * FROM upload_status('{}')", self.id),
+                    hint: format!(
+                        "another process changed it while this one wanted it {to}; \
+                                   check SELECT * FROM upload_status('{}')",
+                        self.id
+                    ),
                 })
             }
             Err(e) => Err(e.into()),
@@ -322,6 +403,22 @@ pub(crate) fn promoted_snapshot(target: &Table, id: &UploadId) -> Option<i64> {
                 .is_some_and(|v| v == id.as_str())
         })
         .map(|s| s.snapshot_id())
+}
+
+/// A named point in a promotion where a test can stop the process:
+/// with `ICESTAGE_FAILPOINT=<name>` set, reaching it prints
+/// `failpoint <name> reached` on stderr and blocks until the process is
+/// killed. Compiled into debug builds only (the test profile).
+pub(crate) fn failpoint(name: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("ICESTAGE_FAILPOINT").is_ok_and(|v| v == name) {
+        eprintln!("failpoint {name} reached");
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
 }
 
 /// True for "no such table / namespace" errors.

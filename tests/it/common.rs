@@ -2,9 +2,10 @@
 //! the Python interpreter of the test virtual environment.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::prelude::SessionContext;
 use icestage::IcestageConfig;
 use tempfile::TempDir;
@@ -33,17 +34,23 @@ impl Warehouse {
     /// sharing nothing but the catalog.
     pub async fn session(&self) -> SessionContext {
         let ctx = SessionContext::new();
-        icestage::register(&ctx, self.config()).await.expect("register");
+        icestage::register(&ctx, self.config())
+            .await
+            .expect("register");
         ctx
     }
 
-    /// The SQLAlchemy URI PyIceberg uses for the catalog.
-    pub fn pyiceberg_uri(&self) -> String {
-        format!("sqlite:///{}", self.path().canonicalize().unwrap().join("catalog.db").display())
-    }
-
-    pub fn warehouse_uri(&self) -> String {
-        format!("file://{}", self.path().canonicalize().unwrap().display())
+    /// The `connection` JSON that CREATE UPLOAD hands a client, for
+    /// clients that act before any upload exists.
+    pub fn connection(&self) -> String {
+        let path = self.path().canonicalize().unwrap();
+        serde_json::json!({
+            "name": "local",
+            "type": "sql",
+            "uri": format!("sqlite:///{}", path.join("catalog.db").display()),
+            "warehouse": format!("file://{}", path.display()),
+        })
+        .to_string()
     }
 }
 
@@ -51,14 +58,6 @@ impl Warehouse {
 pub async fn run(ctx: &SessionContext, sql: &str) -> icestage::Result<Vec<RecordBatch>> {
     let frame = icestage::sql(ctx, sql).await?;
     Ok(frame.collect().await?)
-}
-
-/// Runs one statement that must succeed and returns its result as a table.
-pub async fn table(ctx: &SessionContext, sql: &str) -> String {
-    let batches = run(ctx, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    pretty_format_batches(&batches).unwrap().to_string()
 }
 
 /// The single string value of a one-row, one-column result.
@@ -73,28 +72,39 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The Python of the test virtual environment that `scripts/test.sh` creates
-/// (with pyiceberg and moto). A missing environment fails the test: the
-/// suite never passes without its real third-party clients.
+/// The Python of the test virtual environment (`.venv`, with PyIceberg and
+/// moto), created by `scripts/setup-venv.sh` on first use when a plain
+/// `cargo test` runs without `scripts/test.sh`. Without it the tests fail:
+/// the suite never passes without its real third-party clients.
 pub fn python() -> PathBuf {
-    let venv = std::env::var_os("ICESTAGE_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".venv"));
-    let python = venv.join("bin").join("python");
-    assert!(
-        python.exists(),
-        "{} is missing: run ./scripts/test.sh, which creates the test virtual environment \
-         (pyiceberg, moto) before running the tests",
-        python.display()
-    );
-    python
+    static READY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    READY
+        .get_or_init(|| {
+            let python = repo().join(".venv").join("bin").join("python");
+            let ready = python.exists()
+                && Command::new(&python)
+                    .args(["-c", "import pyiceberg, pyiceberg_core, moto"])
+                    .status()
+                    .is_ok_and(|s| s.success());
+            if !ready {
+                let status = Command::new(repo().join("scripts").join("setup-venv.sh"))
+                    .status()
+                    .map_err(|e| format!("cannot run scripts/setup-venv.sh: {e}"))?;
+                if !status.success() {
+                    return Err(format!("scripts/setup-venv.sh failed ({status})"));
+                }
+            }
+            Ok(python)
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("the test virtual environment is not available: {e}"))
 }
 
 /// Runs a Python script of `tests/python/` with `args`; panics with its
 /// output when it fails. Returns its stdout.
 pub fn python_script(script: &str, args: &[&str]) -> String {
     let path = repo().join("tests").join("python").join(script);
-    let output = std::process::Command::new(python())
+    let output = Command::new(python())
         .arg(&path)
         .args(args)
         .output()
@@ -107,4 +117,29 @@ pub fn python_script(script: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     stdout
+}
+
+/// The value of `column` in the first row of `batches`, as text.
+pub fn value(batches: &[RecordBatch], column: &str) -> String {
+    let batch = batches.iter().find(|b| b.num_rows() > 0).expect("a row");
+    let index = batch.schema().index_of(column).expect("column");
+    datafusion::arrow::util::display::array_value_to_string(batch.column(index), 0).unwrap()
+}
+
+/// A freshly opened upload: its id, staging table and client connection JSON.
+pub struct Upload {
+    pub id: String,
+    pub staging_table: String,
+    pub connection: String,
+}
+
+pub async fn create_upload(ctx: &SessionContext, target: &str) -> Upload {
+    let batches = run(ctx, &format!("CREATE UPLOAD FOR {target}"))
+        .await
+        .unwrap_or_else(|e| panic!("CREATE UPLOAD FOR {target}: {e}"));
+    Upload {
+        id: value(&batches, "upload_id"),
+        staging_table: value(&batches, "staging_table"),
+        connection: value(&batches, "connection"),
+    }
 }

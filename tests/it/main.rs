@@ -2,6 +2,8 @@
 //! whole DataFusion + Iceberg stack).
 
 mod common;
+mod embedding;
+mod exactly_once;
 mod pyiceberg;
 mod shell;
 mod slt;

@@ -1,0 +1,149 @@
+//! PyIceberg, a real third-party client, on icestage's staging tables: it
+//! loads the catalog from the connection properties CREATE UPLOAD returns,
+//! appends, evolves or tampers with the staging table; icestage promotes or
+//! refuses; PyIceberg reads the target back.
+
+use std::collections::BTreeMap;
+
+use crate::common::{Warehouse, create_upload, python_script, run, scalar};
+
+const TARGET: &str = "CREATE TABLE payments.transactions (
+    transaction_id VARCHAR NOT NULL,
+    account_id     VARCHAR NOT NULL,
+    amount_cents   BIGINT  NOT NULL,
+    currency       VARCHAR NOT NULL,
+    created_at     TIMESTAMP WITH TIME ZONE NOT NULL
+) PARTITIONED BY (day(created_at))";
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text.trim().lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyiceberg_appends_to_staging_and_reads_the_promoted_rows() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    run(&ctx, "CREATE SCHEMA payments").await.unwrap();
+    run(&ctx, TARGET).await.unwrap();
+
+    // Evolve the target with PyIceberg first, so its field ids are no longer
+    // 1..n: a staging table made with create_table would get other ids.
+    let target_ids: BTreeMap<String, i64> = serde_json::from_value(json(&python_script(
+        "pyiceberg_client.py",
+        &["evolve", &warehouse.connection(), "payments.transactions"],
+    )))
+    .unwrap();
+    assert_eq!(target_ids["note"], 6);
+    assert!(!target_ids.contains_key("currency"));
+
+    let upload = create_upload(&ctx, "payments.transactions").await;
+    let staging_ids: BTreeMap<String, i64> = serde_json::from_value(json(&python_script(
+        "pyiceberg_client.py",
+        &["field-ids", &upload.connection, &upload.staging_table],
+    )))
+    .unwrap();
+    assert_eq!(
+        staging_ids, target_ids,
+        "the staging table keeps the target's field ids"
+    );
+
+    python_script(
+        "pyiceberg_client.py",
+        &["append", &upload.connection, &upload.staging_table, "25"],
+    );
+    let staged = scalar(
+        &ctx,
+        &format!("SELECT rows FROM upload_status('{}')", upload.id),
+    )
+    .await;
+    assert_eq!(staged, "25");
+
+    let promoted = run(&ctx, &format!("PROMOTE UPLOAD '{}'", upload.id))
+        .await
+        .unwrap();
+    assert_eq!(crate::common::value(&promoted, "rows"), "25");
+    assert_eq!(crate::common::value(&promoted, "path"), "zero_copy");
+
+    let read = json(&python_script(
+        "pyiceberg_client.py",
+        &[
+            "read",
+            &upload.connection,
+            "payments.transactions",
+            &upload.id,
+        ],
+    ));
+    assert_eq!(read["rows"], 25);
+    assert_eq!(read["ids"][0], "txn_000");
+    assert_eq!(read["evidence_snapshots"].as_array().unwrap().len(), 1);
+
+    // Another session (as a fresh process would) sees the promotion.
+    let other = warehouse.session().await;
+    let state = scalar(
+        &other,
+        &format!("SELECT state FROM upload_status('{}')", upload.id),
+    )
+    .await;
+    assert_eq!(state, "promoted");
+    let count = scalar(&other, "SELECT count(*) FROM payments.transactions").await;
+    assert_eq!(count, "25");
+}
+
+/// Opens an upload for a new table `s.t (id INT NOT NULL, amount INT NOT NULL)`
+/// holding one row, lets PyIceberg run `command` on the staging
+/// table's `amount` column, and returns the upload id and the error of its
+/// promotion.
+async fn refused_after(
+    ctx: &datafusion::prelude::SessionContext,
+    command: &str,
+) -> (String, String) {
+    run(ctx, "CREATE SCHEMA s").await.unwrap();
+    run(
+        ctx,
+        "CREATE TABLE s.t (id INT NOT NULL, amount INT NOT NULL)",
+    )
+    .await
+    .unwrap();
+    run(ctx, "INSERT INTO s.t VALUES (1, 10)").await.unwrap();
+    let upload = create_upload(ctx, "s.t").await;
+    python_script(
+        "pyiceberg_client.py",
+        &[command, &upload.connection, &upload.staging_table, "amount"],
+    );
+    let error = run(ctx, &format!("PROMOTE UPLOAD '{}'", upload.id))
+        .await
+        .expect_err("the promotion must be refused")
+        .to_string();
+    (upload.id, error)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_retypes_the_staging_table_is_refused() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let (id, error) = refused_after(&ctx, "retype").await;
+    assert!(
+        error.contains(
+            "schema drift: column 'amount' is int in the target but long in the staging table"
+        ),
+        "{error}"
+    );
+    let state = scalar(&ctx, &format!("SELECT state FROM upload_status('{id}')")).await;
+    assert_eq!(state, "failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nulls_in_a_required_column_are_refused_and_the_target_is_untouched() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let (id, error) = refused_after(&ctx, "rogue-nulls").await;
+    assert!(
+        error.contains("column 'amount' is required but 1 staged row(s) hold NULL in it"),
+        "{error}"
+    );
+    assert!(error.contains("the target is unchanged"), "{error}");
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "1");
+    let message = scalar(&ctx, &format!("SELECT message FROM upload_status('{id}')")).await;
+    assert!(message.contains("hold NULL"), "{message}");
+}

@@ -20,8 +20,8 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::prelude::SessionContext;
-use regex::Regex;
 use icestage::sql::script::{ScriptItem, Variables, split_script};
+use regex::Regex;
 use sqllogictest::{DBOutput, DefaultColumnType};
 
 use crate::common::{Warehouse, repo};
@@ -43,10 +43,7 @@ struct IcestageDb {
 }
 
 fn message(error: icestage::Error) -> SltError {
-    SltError(match error {
-        icestage::Error::DataFusion(e) => icestage::error_message(&e),
-        other => other.to_string(),
-    })
+    SltError(error.user_message())
 }
 
 fn column_type(data_type: &DataType) -> DefaultColumnType {
@@ -74,7 +71,11 @@ fn rows(batches: &[RecordBatch]) -> Result<DBOutput<DefaultColumnType>, SltError
     if schema.fields().is_empty() {
         return Ok(DBOutput::StatementComplete(0));
     }
-    let types = schema.fields().iter().map(|f| column_type(f.data_type())).collect();
+    let types = schema
+        .fields()
+        .iter()
+        .map(|f| column_type(f.data_type()))
+        .collect();
     let options = FormatOptions::default().with_null("NULL");
     let mut out = vec![];
     for batch in batches {
@@ -90,7 +91,11 @@ fn rows(batches: &[RecordBatch]) -> Result<DBOutput<DefaultColumnType>, SltError
                     .iter()
                     .map(|f| {
                         let v = f.value(row).to_string();
-                        if v.is_empty() { "(empty)".to_string() } else { v }
+                        if v.is_empty() {
+                            "(empty)".to_string()
+                        } else {
+                            v
+                        }
                     })
                     .collect(),
             );
@@ -115,7 +120,9 @@ impl sqllogictest::AsyncDB for IcestageDb {
         let mut output = DBOutput::StatementComplete(0);
         for item in items {
             let ScriptItem::Sql { text, gset } = item else {
-                return Err(SltError(format!("backslash commands are not supported here: {item:?}")));
+                return Err(SltError(format!(
+                    "backslash commands are not supported here: {item:?}"
+                )));
             };
             let sql = self.vars.lock().unwrap().interpolate(&text);
             let frame = icestage::sql(&self.ctx, &sql).await.map_err(message)?;
@@ -195,7 +202,10 @@ async fn run_file(path: PathBuf) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())
     } else {
-        runner.run_file_async(&path).await.map_err(|e| e.display(false).to_string())
+        runner
+            .run_file_async(&path)
+            .await
+            .map_err(|e| e.display(false).to_string())
     }
 }
 

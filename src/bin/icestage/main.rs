@@ -27,8 +27,8 @@ struct Args {
     files: Vec<PathBuf>,
 
     /// Output format.
-    #[arg(long, value_enum, default_value_t = PrintFormat::Automatic)]
-    format: PrintFormat,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
 
     /// Print only results: no row counts or timings.
     #[arg(short, long)]
@@ -45,6 +45,28 @@ struct Args {
     /// TOML file with one [[catalogs]] entry per catalog, instead of --warehouse.
     #[arg(long)]
     catalog_config: Option<PathBuf>,
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Format {
+    Table,
+    Csv,
+    Tsv,
+    Json,
+    Ndjson,
+}
+
+impl From<Format> for PrintFormat {
+    fn from(format: Format) -> Self {
+        match format {
+            Format::Table => PrintFormat::Table,
+            Format::Csv => PrintFormat::Csv,
+            Format::Tsv => PrintFormat::Tsv,
+            Format::Json => PrintFormat::Json,
+            Format::Ndjson => PrintFormat::NdJson,
+        }
+    }
 }
 
 #[tokio::main]
@@ -67,12 +89,7 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
     let ctx = SessionContext::new();
     icestage::register(&ctx, config).await?;
     let interactive = args.commands.is_empty() && args.files.is_empty();
-    let format = match args.format {
-        PrintFormat::Automatic if interactive => PrintFormat::Table,
-        PrintFormat::Automatic => PrintFormat::Table,
-        other => other,
-    };
-    let mut shell = Shell::new(ctx, format, args.quiet, args.maxrows);
+    let mut shell = Shell::new(ctx, args.format.into(), args.quiet, args.maxrows);
     if interactive {
         shell.repl().await;
         return Ok(ExitCode::SUCCESS);

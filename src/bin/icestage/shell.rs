@@ -37,7 +37,12 @@ enum Outcome {
 }
 
 impl Shell {
-    pub(crate) fn new(ctx: SessionContext, format: PrintFormat, quiet: bool, maxrows: MaxRows) -> Self {
+    pub(crate) fn new(
+        ctx: SessionContext,
+        format: PrintFormat,
+        quiet: bool,
+        maxrows: MaxRows,
+    ) -> Self {
         Self {
             ctx,
             print: PrintOptions {
@@ -79,13 +84,18 @@ impl Shell {
             ScriptItem::Sql { text, gset } => {
                 let sql = self.vars.interpolate(&text);
                 let started = Instant::now();
-                let frame = icestage::sql(&self.ctx, &sql).await.map_err(|e| message(e))?;
-                let batches = frame.collect().await.map_err(|e| icestage::error_message(&e))?;
+                let frame = icestage::sql(&self.ctx, &sql)
+                    .await
+                    .map_err(|e| e.user_message())?;
+                let batches = frame
+                    .collect()
+                    .await
+                    .map_err(|e| icestage::error_message(&e))?;
                 match gset {
                     Some(prefix) => self
                         .vars
                         .set_from_result(&prefix, &batches)
-                        .map_err(|e| e.to_string())?,
+                        .map_err(|e| e.user_message())?,
                     None => self.show(&batches, started)?,
                 }
                 Ok(Outcome::Continue)
@@ -127,7 +137,11 @@ impl Shell {
             "\\unset" => self.vars.unset(arg),
             "\\d" => {
                 let sql = describe_sql(arg);
-                return Box::pin(self.run_item(ScriptItem::Sql { text: sql, gset: None })).await;
+                return Box::pin(self.run_item(ScriptItem::Sql {
+                    text: sql,
+                    gset: None,
+                }))
+                .await;
             }
             other => {
                 return Err(format!(
@@ -149,10 +163,17 @@ impl Shell {
         if let Some(path) = &history {
             let _ = editor.load_history(path);
         }
-        println!("icestage {} — \\? for help, \\q to quit", env!("CARGO_PKG_VERSION"));
+        println!(
+            "icestage {} — \\? for help, \\q to quit",
+            env!("CARGO_PKG_VERSION")
+        );
         let mut pending = String::new();
         loop {
-            let prompt = if pending.is_empty() { "icestage> " } else { "      -> " };
+            let prompt = if pending.is_empty() {
+                "icestage> "
+            } else {
+                "      -> "
+            };
             match editor.readline(prompt) {
                 Ok(line) => {
                     pending.push_str(&line);
@@ -186,13 +207,6 @@ impl Shell {
         if let Some(path) = history {
             let _ = editor.save_history(path);
         }
-    }
-}
-
-fn message(error: icestage::Error) -> String {
-    match error {
-        icestage::Error::DataFusion(e) => icestage::error_message(&e),
-        other => other.to_string(),
     }
 }
 

@@ -1,0 +1,160 @@
+"""Promotion speed and memory: icestage's PROMOTE UPLOAD against the
+reference flow of the design (PyIceberg: read the staging table into memory,
+validate, append it to the target, purge the staging table).
+
+Both flows promote the same rows, written into their staging tables by
+PyIceberg, on the same embedded SQLite catalog, in the same run; each
+promotion runs in its own process so its wall time and peak RSS
+(getrusage of the child) are its own.
+
+    .venv/bin/python benches/compare_promote.py --icestage target/release/icestage [--rows 1000000 5000000 10000000]
+
+scripts/bench-promote.sh builds icestage and runs this with the defaults.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import load_catalog
+
+TARGET_COLUMNS = (
+    "(transaction_id VARCHAR NOT NULL, account_id VARCHAR NOT NULL, "
+    "amount_cents BIGINT NOT NULL, currency VARCHAR NOT NULL, "
+    "created_at TIMESTAMP WITH TIME ZONE NOT NULL)"
+)
+CHUNK = 1_000_000
+
+# The reference implementation, as the design's source document writes it.
+REFERENCE = r"""
+import json, sys
+import pyarrow.compute as pc
+from pyiceberg.catalog import load_catalog
+props, staging_name, target_name, upload_id = json.loads(sys.argv[1]), *sys.argv[2:5]
+catalog = load_catalog(props.pop("name"), **props)
+staging = catalog.load_table(staging_name)
+rows = staging.scan().to_arrow()
+errors = [f.name for f in staging.schema().fields if f.required and rows.column(f.name).null_count]
+if errors:
+    sys.exit(f"validation failed: {errors}")
+target = catalog.load_table(target_name)
+target.append(rows, snapshot_properties={"upload-id": upload_id})
+catalog.purge_table(staging_name)
+print(rows.num_rows)
+"""
+
+
+def icestage(binary, warehouse, sql):
+    out = subprocess.run(
+        [binary, "--warehouse", warehouse, "-q", "--format", "json", "-c", sql],
+        capture_output=True, text=True,
+    )
+    if out.returncode != 0:
+        sys.exit(f"icestage failed on {sql!r}: {out.stderr}")
+    text = out.stdout.strip()
+    return json.loads(text) if text else []
+
+
+def measured(command):
+    """Runs `command`; returns (seconds, peak RSS in MiB, stdout)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        child = subprocess.Popen(command, stdout=out, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode != 0:
+            sys.exit(f"{command[0]} failed: {err.read().decode()}")
+        return seconds, usage.ru_maxrss / 1024, out.read().decode()
+
+
+def chunks(schema, rows):
+    start = datetime(2026, 7, 1, tzinfo=UTC).timestamp()
+    for offset in range(0, rows, CHUNK):
+        n = min(CHUNK, rows - offset)
+        ids = pa.array(range(offset, offset + n), pa.int64())
+        yield pa.Table.from_arrays(
+            [
+                pc.binary_join_element_wise("txn_", pc.cast(ids, pa.string()), ""),
+                pc.binary_join_element_wise("acct_", pc.cast(pc.bit_wise_and(ids, 1023), pa.string()), ""),
+                ids,
+                pa.array(["usd"] * n, pa.string()),
+                pc.cast(pc.cast(pc.add(pc.multiply(ids, 1_000_000), int(start * 1e6)), pa.int64()),
+                        pa.timestamp("us", tz="UTC")),
+            ],
+            schema=schema,
+        )
+
+
+def fill(table, rows):
+    schema = table.schema().as_arrow()
+    for chunk in chunks(schema, rows):
+        table.append(chunk)
+
+
+def one_size(binary, rows):
+    with tempfile.TemporaryDirectory() as warehouse:
+        icestage(binary, warehouse, "CREATE SCHEMA payments")
+        icestage(binary, warehouse, f"CREATE TABLE payments.transactions {TARGET_COLUMNS}")
+        icestage(binary, warehouse, f"CREATE TABLE payments.transactions_ref {TARGET_COLUMNS}")
+
+        upload = icestage(binary, warehouse, "CREATE UPLOAD FOR payments.transactions")[0]
+        props = json.loads(upload["connection"])
+        catalog = load_catalog(dict(props)["name"], **{k: v for k, v in props.items() if k != "name"})
+        fill(catalog.load_table(upload["staging_table"]), rows)
+
+        catalog.create_namespace_if_not_exists("staging_ref")
+        reference_staging = "staging_ref.upload_" + upload["upload_id"]
+        catalog.create_table(reference_staging, schema=catalog.load_table("payments.transactions_ref").schema())
+        fill(catalog.load_table(reference_staging), rows)
+
+        ours = measured([binary, "--warehouse", warehouse, "-q", "--format", "json",
+                         "-c", f"PROMOTE UPLOAD '{upload['upload_id']}'"])
+        result = json.loads(ours[2])[0]
+        theirs = measured([sys.executable, "-c", REFERENCE, json.dumps(props), reference_staging,
+                           "payments.transactions_ref", upload["upload_id"]])
+
+        counts = icestage(binary, warehouse,
+                          "SELECT (SELECT count(*) FROM payments.transactions) AS ours, "
+                          "(SELECT count(*) FROM payments.transactions_ref) AS theirs")[0]
+        assert counts["ours"] == rows and counts["theirs"] == rows, counts
+        return {
+            "rows": rows,
+            "files": result["files"],
+            "path": result["path"],
+            "icestage_s": ours[0],
+            "reference_s": theirs[0],
+            "icestage_rss_mb": ours[1],
+            "reference_rss_mb": theirs[1],
+        }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--icestage", required=True, help="path to the icestage binary (release build)")
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 5_000_000, 10_000_000])
+    args = parser.parse_args()
+    load = os.getloadavg()
+    print(f"# machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start")
+    header = (f"{'rows':>10} {'files':>5} {'path':>9} | {'icestage s':>10} {'reference s':>11} {'speed-up':>8} | "
+              f"{'icestage MiB':>12} {'reference MiB':>13} {'RSS ratio':>9}")
+    print(header)
+    print("-" * len(header))
+    for rows in args.rows:
+        r = one_size(args.icestage, rows)
+        print(f"{r['rows']:>10} {r['files']:>5} {r['path']:>9} | {r['icestage_s']:>10.3f} {r['reference_s']:>11.3f} "
+              f"{r['reference_s'] / r['icestage_s']:>7.1f}x | {r['icestage_rss_mb']:>12.1f} "
+              f"{r['reference_rss_mb']:>13.1f} {r['reference_rss_mb'] / r['icestage_rss_mb']:>8.1f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+//! Criterion benchmark of `PROMOTE UPLOAD` on the embedded catalog: the
+//! zero-copy path, whose cost follows the number of staged files, not rows.
+//! Each iteration promotes a fresh upload of the same rows (set up untimed).
+//!
+//! The comparison with the reference PyIceberg flow at 1M-10M rows is
+//! `benches/compare_promote.py` (see the README).
+
+use std::time::Duration;
+
+use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
+use datafusion::prelude::SessionContext;
+use icestage::IcestageConfig;
+
+async fn run(ctx: &SessionContext, sql: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
+    icestage::sql(ctx, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+fn text(batches: &[datafusion::arrow::array::RecordBatch], column: &str) -> String {
+    let batch = &batches[0];
+    let index = batch.schema().index_of(column).unwrap();
+    datafusion::arrow::util::display::array_value_to_string(batch.column(index), 0).unwrap()
+}
+
+fn promote(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = runtime.block_on(async {
+        let ctx = SessionContext::new();
+        icestage::register(&ctx, IcestageConfig::embedded(dir.path()).unwrap())
+            .await
+            .unwrap();
+        run(&ctx, "CREATE SCHEMA payments").await;
+        run(
+            &ctx,
+            "CREATE TABLE payments.transactions (transaction_id VARCHAR NOT NULL, \
+             account_id VARCHAR NOT NULL, amount_cents BIGINT NOT NULL, \
+             currency VARCHAR NOT NULL, created_at TIMESTAMP WITH TIME ZONE NOT NULL)",
+        )
+        .await;
+        ctx
+    });
+    let mut group = c.benchmark_group("promote_upload");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(20));
+    for rows in [10_000u64, 200_000] {
+        group.bench_with_input(BenchmarkId::from_parameter(rows), &rows, |b, &rows| {
+            b.to_async(&runtime).iter_batched(
+                || {
+                    runtime.block_on(async {
+                        let upload = run(&ctx, "CREATE UPLOAD FOR payments.transactions").await;
+                        let staging = text(&upload, "staging_table");
+                        run(
+                            &ctx,
+                            &format!(
+                                "INSERT INTO {staging} SELECT 'txn_' || value, 'acct_' || (value % 1000), \
+                                 value, 'usd', TIMESTAMP '2026-07-01 00:00:00Z' + value * INTERVAL '1 second' \
+                                 FROM generate_series(1, {rows})"
+                            ),
+                        )
+                        .await;
+                        text(&upload, "upload_id")
+                    })
+                },
+                |id| {
+                    let ctx = ctx.clone();
+                    async move {
+                        let result = run(&ctx, &format!("PROMOTE UPLOAD '{id}'")).await;
+                        assert_eq!(text(&result, "path"), "zero_copy");
+                    }
+                },
+                BatchSize::PerIteration,
+            );
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, promote);
+criterion_main!(benches);

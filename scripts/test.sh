@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs icestage's whole test suite from a fresh clone.
+#
+# It installs what the tests need first: a Python virtual environment in
+# .venv (ignored by git) with PyIceberg, the third-party Iceberg client the
+# tests drive, and moto's server, the local AWS emulator. Then it runs every
+# Rust test: unit tests, the sqllogictest files under sql/, the shell and
+# PyIceberg integration tests, and the doctests.
+#
+# The cargo target directory defaults to a folder outside the clone so that
+# repeated runs (and CI on this machine) reuse the build; set
+# CARGO_TARGET_DIR to choose another.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/icestage/target}"
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "error: cargo is not installed: install Rust from https://rustup.rs" >&2
+    exit 1
+fi
+
+./scripts/setup-venv.sh
+
+echo "==> cargo test (target dir: $CARGO_TARGET_DIR)"
+cargo test --locked "$@"

@@ -1,0 +1,164 @@
+//! Row-level findings of a validation, kept in an Iceberg table of their own
+//! (`staging.findings_<id>`) beside the staging table, so any process can
+//! read them and they go away with the upload.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Int64Type};
+use futures::TryStreamExt;
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+
+use super::{STAGING_NAMESPACE, UploadId, is_missing};
+use crate::catalog::IcebergCatalog;
+use crate::catalog::provider::append_batch;
+use crate::error::{Error, Result};
+use crate::plan::rows::{Value, batch};
+
+/// Prefix of a findings table's name; the upload id follows.
+pub const FINDINGS_TABLE_PREFIX: &str = "findings_";
+
+/// One rule violation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Finding {
+    /// The rule's name (`schema`, `not_null`, or a constraint name).
+    pub(crate) rule: String,
+    /// `check`, `unique`, `not_null`, ...
+    pub(crate) kind: String,
+    /// Which row: its key columns (`id=7`) or file and position.
+    pub(crate) row: String,
+    /// The data file holding the row, when known.
+    pub(crate) file: Option<String>,
+    /// The row's position in that file, when known.
+    pub(crate) position: Option<i64>,
+    /// The offending values, as a JSON object.
+    pub(crate) values: String,
+    /// What is wrong, in words.
+    pub(crate) message: String,
+}
+
+impl Finding {
+    pub(crate) fn row_values(&self, upload: &UploadId) -> Vec<Value> {
+        vec![
+            Value::from(upload.to_string()),
+            Value::from(self.rule.clone()),
+            Value::from(self.kind.clone()),
+            Value::from(self.row.clone()),
+            Value::from(self.file.clone()),
+            Value::from(self.position),
+            Value::from(self.values.clone()),
+            Value::from(self.message.clone()),
+        ]
+    }
+}
+
+pub(crate) fn findings_ident(id: &UploadId) -> TableIdent {
+    TableIdent::new(
+        NamespaceIdent::new(STAGING_NAMESPACE.to_string()),
+        format!("{FINDINGS_TABLE_PREFIX}{id}"),
+    )
+}
+
+fn findings_schema() -> Result<Schema> {
+    let string = || Type::Primitive(PrimitiveType::String);
+    let fields = vec![
+        NestedField::required(1, "upload_id", string()),
+        NestedField::required(2, "rule", string()),
+        NestedField::required(3, "kind", string()),
+        NestedField::required(4, "row", string()),
+        NestedField::optional(5, "file", string()),
+        NestedField::optional(6, "position", Type::Primitive(PrimitiveType::Long)),
+        NestedField::required(7, "values", string()),
+        NestedField::required(8, "message", string()),
+    ];
+    Ok(Schema::builder()
+        .with_fields(fields.into_iter().map(Arc::new))
+        .build()?)
+}
+
+/// Replaces the findings of upload `id` with `findings`.
+pub(crate) async fn replace(
+    catalog: &IcebergCatalog,
+    id: &UploadId,
+    findings: &[Finding],
+) -> Result<()> {
+    discard(catalog, id).await?;
+    let ident = findings_ident(id);
+    let creation = TableCreation::builder()
+        .name(ident.name().to_string())
+        .schema(findings_schema()?)
+        .build();
+    let table = catalog
+        .catalog()
+        .create_table(ident.namespace(), creation)
+        .await?;
+    if findings.is_empty() {
+        return Ok(());
+    }
+    let schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(
+        table.metadata().current_schema(),
+    )?);
+    let rows: Vec<Vec<Value>> = findings.iter().map(|f| f.row_values(id)).collect();
+    append_batch(catalog, &ident, batch(schema, &rows)?).await
+}
+
+/// Removes the findings of upload `id`, with their files.
+pub(crate) async fn discard(catalog: &IcebergCatalog, id: &UploadId) -> Result<()> {
+    match catalog.catalog().purge_table(&findings_ident(id)).await {
+        Ok(()) => Ok(()),
+        Err(e) if is_missing(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The findings of upload `id`, or `None` when it has none recorded.
+pub(crate) async fn read(catalog: &IcebergCatalog, id: &UploadId) -> Result<Option<Vec<Finding>>> {
+    let table = match catalog.catalog().load_table(&findings_ident(id)).await {
+        Ok(table) => table,
+        Err(e) if is_missing(&e) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let batches: Vec<RecordBatch> = table
+        .scan()
+        .build()?
+        .to_arrow()
+        .await?
+        .try_collect()
+        .await?;
+    let mut findings = vec![];
+    for batch in &batches {
+        let column = |name: &str, to: &DataType| -> Result<Arc<dyn Array>> {
+            let array = batch
+                .column_by_name(name)
+                .ok_or_else(|| Error::invalid(format!("findings table has no column '{name}'")))?;
+            Ok(cast(array, to)?)
+        };
+        let text: Vec<Arc<dyn Array>> = ["rule", "kind", "row", "file", "values", "message"]
+            .iter()
+            .map(|n| column(n, &DataType::Utf8))
+            .collect::<Result<_>>()?;
+        let position = column("position", &DataType::Int64)?;
+        let position = position.as_primitive::<Int64Type>();
+        let string = |c: usize, row: usize| {
+            let a = text[c].as_string::<i32>();
+            a.is_valid(row).then(|| a.value(row).to_string())
+        };
+        for row in 0..batch.num_rows() {
+            findings.push(Finding {
+                rule: string(0, row).unwrap_or_default(),
+                kind: string(1, row).unwrap_or_default(),
+                row: string(2, row).unwrap_or_default(),
+                file: string(3, row),
+                position: position.is_valid(row).then(|| position.value(row)),
+                values: string(4, row).unwrap_or_default(),
+                message: string(5, row).unwrap_or_default(),
+            });
+        }
+    }
+    findings.sort_by(|a, b| {
+        (&a.rule, &a.file, a.position, &a.row).cmp(&(&b.rule, &b.file, b.position, &b.row))
+    });
+    Ok(Some(findings))
+}

@@ -1,0 +1,751 @@
+//! Validation of a staging table against its target, before promotion.
+//!
+//! First what the metadata answers, without reading data: schema and
+//! partition-spec drift by field id, snapshots that are not plain appends,
+//! delete files, and NULLs in required columns (from the manifests' null
+//! counts). Then the target's rules ([`super::rules`]):
+//!
+//! * `CHECK` rules read only the files whose column metrics cannot rule out a
+//!   violation (the negated predicates are pushed into Iceberg's file
+//!   planning), streaming them batch by batch, one pass for all rules, so
+//!   memory stays bounded. Each violating row is reported with its key or its
+//!   file and position, and the values the rule read.
+//! * `UNIQUE` rules run as DataFusion queries (a group-by for duplicates
+//!   inside the upload, a merge join with the target for keys already there)
+//!   in a session with a memory limit that spills to disk.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{Int64Type, Schema as ArrowSchema};
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::common::DFSchema;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::Expr;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::{StreamExt, TryStreamExt};
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{
+    DataFile, ManifestContentType, NestedFieldRef, Operation, Schema, TableMetadata, Type,
+};
+use iceberg::table::Table;
+use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
+
+use super::findings::Finding;
+use super::promote::load_target;
+use super::rules::{PlannedCheck, Rule, df_schema, plan_checks, rules_of};
+use super::{Staging, UploadId, find_staging};
+use crate::catalog::provider::table_provider;
+use crate::context::Icestage;
+use crate::error::{Error, Result};
+
+/// Row-level findings kept per rule; the count covers every violation.
+pub(crate) const FINDINGS_PER_RULE: usize = 1000;
+/// Memory the uniqueness queries may hold before spilling to disk.
+const VALIDATION_MEMORY: usize = 256 * 1024 * 1024;
+
+/// What validation found.
+#[derive(Debug, Default)]
+pub(crate) struct Validation {
+    /// The staging table's live data files (what promotion registers).
+    pub(crate) files: Vec<DataFile>,
+    /// Rows in those files.
+    pub(crate) rows: i64,
+    /// Problems of the table as a whole (drift, operations, nulls).
+    pub(crate) reasons: Vec<String>,
+    /// Violations per rule, all of them counted.
+    pub(crate) violations: BTreeMap<String, (Rule, u64)>,
+    /// Row-level findings, at most [`FINDINGS_PER_RULE`] per rule.
+    pub(crate) findings: Vec<Finding>,
+}
+
+impl Validation {
+    /// True when nothing stands in the way of promotion.
+    pub(crate) fn passed(&self) -> bool {
+        self.reasons.is_empty() && self.violations.values().all(|(_, n)| *n == 0)
+    }
+
+    /// Every violation, counted.
+    pub(crate) fn finding_count(&self) -> u64 {
+        self.violations.values().map(|(_, n)| n).sum()
+    }
+
+    /// One line per problem: the table-level reasons, then a summary per
+    /// violated rule.
+    pub(crate) fn summary(&self, id: &str) -> Vec<String> {
+        let mut lines = self.reasons.clone();
+        for (name, (rule, count)) in &self.violations {
+            if *count > 0 {
+                lines.push(format!(
+                    "rule '{name}' {} fails for {count} row(s) (SELECT * FROM upload_findings('{id}'))",
+                    rule.definition()
+                ));
+            }
+        }
+        lines
+    }
+}
+
+/// Validates `staging` against `target` and its rules.
+pub(crate) async fn validate(staging: &Staging, target: &Table) -> Result<Validation> {
+    let (files, reasons) = inspect_metadata(staging, target).await?;
+    let rows = files.iter().map(|f| f.record_count() as i64).sum();
+    let mut validation = Validation {
+        files,
+        rows,
+        reasons,
+        ..Default::default()
+    };
+    // Rules read the staging data by column name; with a drifted schema the
+    // names may not mean what the rules mean, so they wait for a clean schema.
+    if !validation.reasons.is_empty() || validation.files.is_empty() {
+        return Ok(validation);
+    }
+    let rules = rules_of(target)?;
+    for rule in &rules {
+        validation
+            .violations
+            .insert(rule.name().to_string(), (rule.clone(), 0));
+    }
+    let key = rules.iter().find_map(|r| match r {
+        Rule::Unique { columns, .. } => Some(columns.clone()),
+        Rule::Check { .. } => None,
+    });
+    let ctx = SessionContext::new();
+    let checks = plan_checks(&ctx, &staging.name(), &rules, &df_schema(&staging.table)?)?;
+    evaluate_checks(
+        staging,
+        &checks,
+        key.as_deref().unwrap_or_default(),
+        &mut validation,
+    )
+    .await?;
+    for rule in &rules {
+        if let Rule::Unique { name, columns } = rule {
+            evaluate_unique(staging, target, name, columns, &mut validation).await?;
+        }
+    }
+    Ok(validation)
+}
+
+/// What `PROMOTE UPLOAD '<id>'` would check and how it would commit, for EXPLAIN.
+pub(crate) async fn explain(icestage: &Icestage, id: &str) -> Result<Vec<String>> {
+    let id = UploadId::parse(id)?;
+    let Some(staging) = find_staging(icestage, &id).await? else {
+        return Ok(vec![
+            "no staging table: the upload is finished or unknown (PROMOTE reports which)"
+                .to_string(),
+        ]);
+    };
+    let target = load_target(&staging).await?;
+    let mut steps = describe(&target)?;
+    let files = staging
+        .table
+        .metadata()
+        .current_snapshot()
+        .and_then(|s| {
+            s.summary()
+                .additional_properties
+                .get("total-data-files")
+                .cloned()
+        })
+        .unwrap_or_else(|| "0".to_string());
+    steps.push(format!(
+        "commit: zero_copy: one fast_append of {files} staging data file(s) into {} with {}={id}, \
+         the evidence re-checked on every attempt",
+        staging.target,
+        super::SNAPSHOT_UPLOAD_ID
+    ));
+    Ok(steps)
+}
+
+/// Which rules a promotion into `target` would evaluate and how.
+fn describe(target: &Table) -> Result<Vec<String>> {
+    let mut steps = vec![
+        "metadata: schema and partition-spec drift by field id, append-only snapshots, \
+         no delete files, required NULLs from manifest null counts"
+            .to_string(),
+    ];
+    for rule in rules_of(target)? {
+        steps.push(match &rule {
+            Rule::Check { .. } => format!(
+                "rule {}: {}: streaming scan of the files whose metrics allow a violation",
+                rule.name(),
+                rule.definition()
+            ),
+            Rule::Unique { .. } => format!(
+                "rule {}: {}: group-by over the upload and merge join with the target (spills)",
+                rule.name(),
+                rule.definition()
+            ),
+        });
+    }
+    Ok(steps)
+}
+
+/// One column of a schema, flattened (nested fields by their dotted path).
+#[derive(Debug, PartialEq)]
+struct Column {
+    path: String,
+    kind: String,
+    required: bool,
+    /// Required here and in every enclosing field, so it can never be null.
+    never_null: bool,
+}
+
+fn columns(schema: &Schema) -> BTreeMap<i32, Column> {
+    fn walk(
+        fields: &[NestedFieldRef],
+        prefix: &str,
+        parents_required: bool,
+        out: &mut BTreeMap<i32, Column>,
+    ) {
+        for field in fields {
+            let path = format!("{prefix}{}", field.name);
+            let never_null = parents_required && field.required;
+            let nested = format!("{path}.");
+            let kind = match field.field_type.as_ref() {
+                Type::Primitive(p) => p.to_string(),
+                Type::Struct(s) => {
+                    walk(s.fields(), &nested, never_null, out);
+                    "struct".to_string()
+                }
+                Type::List(l) => {
+                    walk(std::slice::from_ref(&l.element_field), &nested, false, out);
+                    "list".to_string()
+                }
+                Type::Map(m) => {
+                    walk(
+                        &[Arc::clone(&m.key_field), Arc::clone(&m.value_field)],
+                        &nested,
+                        false,
+                        out,
+                    );
+                    "map".to_string()
+                }
+            };
+            out.insert(
+                field.id,
+                Column {
+                    path,
+                    kind,
+                    required: field.required,
+                    never_null,
+                },
+            );
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(schema.as_struct().fields(), "", true, &mut out);
+    out
+}
+
+/// Every difference between the staging table's schema and the target's, by
+/// field id, one line per column.
+pub(crate) fn schema_drift(staging: &Schema, target: &Schema) -> Vec<String> {
+    let staging = columns(staging);
+    let target = columns(target);
+    let mut drift = vec![];
+    for (id, t) in &target {
+        let Some(s) = staging.get(id) else {
+            drift.push(format!(
+                "schema drift: column '{}' (field id {id}) of the target is missing from the staging table",
+                t.path
+            ));
+            continue;
+        };
+        if s.path != t.path {
+            drift.push(format!(
+                "schema drift: column '{}' (field id {id}) of the target is named '{}' in the staging table",
+                t.path, s.path
+            ));
+        }
+        if s.kind != t.kind {
+            drift.push(format!(
+                "schema drift: column '{}' is {} in the target but {} in the staging table",
+                t.path, t.kind, s.kind
+            ));
+        }
+        if s.required != t.required {
+            let word = |required: bool| if required { "required" } else { "optional" };
+            drift.push(format!(
+                "schema drift: column '{}' is {} in the target but {} in the staging table",
+                t.path,
+                word(t.required),
+                word(s.required)
+            ));
+        }
+    }
+    for (id, s) in &staging {
+        if !target.contains_key(id) {
+            drift.push(format!(
+                "schema drift: column '{}' (field id {id}) is in the staging table but not in the target",
+                s.path
+            ));
+        }
+    }
+    drift
+}
+
+fn spec_text(metadata: &TableMetadata) -> String {
+    let spec = metadata.default_partition_spec();
+    let fields: Vec<String> = spec
+        .fields()
+        .iter()
+        .map(|f| format!("{}={}({})", f.name, f.transform, f.source_id))
+        .collect();
+    format!("spec {} [{}]", spec.spec_id(), fields.join(", "))
+}
+
+/// Nulls in columns the target requires: counted from the manifests' null
+/// counts; columns whose counts some file lacks are counted by one streaming
+/// scan of just those columns.
+async fn required_nulls(
+    staging: &Staging,
+    target: &Schema,
+    files: &[DataFile],
+) -> Result<Vec<String>> {
+    // Columns the target requires, by the name the staging table gives them
+    // (columns the staging table lacks are reported as drift).
+    let staged = columns(staging.table.metadata().current_schema());
+    let required: Vec<(i32, String)> = columns(target)
+        .into_iter()
+        .filter(|(_, c)| c.never_null && c.kind != "struct")
+        .filter_map(|(id, _)| staged.get(&id).map(|c| (id, c.path.clone())))
+        .collect();
+    let mut nulls: HashMap<i32, u64> = HashMap::new();
+    let mut unknown: HashSet<i32> = HashSet::new();
+    for file in files {
+        for (id, _) in &required {
+            match file.null_value_counts().get(id) {
+                Some(n) => *nulls.entry(*id).or_default() += n,
+                None => {
+                    unknown.insert(*id);
+                }
+            }
+        }
+    }
+    if !unknown.is_empty() {
+        // The scan reads every file, so its counts replace the partial ones.
+        let scanned: Vec<&(i32, String)> = required
+            .iter()
+            .filter(|(id, _)| unknown.contains(id))
+            .collect();
+        let names = scanned.iter().map(|(_, path)| path.as_str());
+        let mut stream = staging
+            .table
+            .scan()
+            .select(names)
+            .build()?
+            .to_arrow()
+            .await?;
+        for (id, _) in &scanned {
+            nulls.insert(*id, 0);
+        }
+        while let Some(batch) = stream.try_next().await? {
+            for (index, (id, _)) in scanned.iter().enumerate() {
+                *nulls.entry(*id).or_default() += batch.column(index).null_count() as u64;
+            }
+        }
+    }
+    Ok(required
+        .iter()
+        .filter_map(|(id, path)| {
+            nulls.get(id).filter(|n| **n > 0).map(|n| {
+                format!("column '{path}' is required but {n} staged row(s) hold NULL in it")
+            })
+        })
+        .collect())
+}
+
+/// Checks the staging table's metadata against the target: drift, snapshot
+/// operations, delete files, required nulls. Returns the data files to
+/// promote and the table-level problems.
+async fn inspect_metadata(
+    staging: &Staging,
+    target: &Table,
+) -> Result<(Vec<DataFile>, Vec<String>)> {
+    let metadata = staging.table.metadata();
+    let target_schema = target.metadata().current_schema();
+    let mut reasons = schema_drift(metadata.current_schema(), target_schema);
+    let (staging_spec, target_spec) = (spec_text(metadata), spec_text(target.metadata()));
+    if staging_spec != target_spec {
+        reasons.push(format!(
+            "partition spec drift: the staging table has {staging_spec}, the target {target_spec}"
+        ));
+    }
+    let mut snapshots: Vec<_> = metadata.snapshots().collect();
+    snapshots.sort_by_key(|s| s.sequence_number());
+    for snapshot in &snapshots {
+        let operation = &snapshot.summary().operation;
+        if *operation != Operation::Append {
+            reasons.push(format!(
+                "snapshot {} of the staging table is a {}, not an append: only appended rows can be \
+                 promoted; open a new upload and append the rows once",
+                snapshot.snapshot_id(),
+                operation.as_str()
+            ));
+        }
+        if let Some(schema_id) = snapshot.schema_id()
+            && schema_id != metadata.current_schema_id()
+            && let Some(schema) = metadata.schema_by_id(schema_id)
+            && !schema_drift(schema, target_schema).is_empty()
+        {
+            reasons.push(format!(
+                "snapshot {} of the staging table was written with schema {schema_id}, which differs \
+                 from the target's; open a new upload",
+                snapshot.snapshot_id()
+            ));
+        }
+    }
+
+    let mut files = vec![];
+    if let Some(current) = metadata.current_snapshot() {
+        let list = staging.table.manifest_list_reader(current).load().await?;
+        let default_spec = target.metadata().default_partition_spec_id();
+        for manifest in list.entries() {
+            if manifest.content != ManifestContentType::Data {
+                reasons.push(format!(
+                    "the staging table has delete files ({}): rows were deleted or updated after \
+                     they were written; open a new upload and append the rows once",
+                    manifest.manifest_path
+                ));
+                continue;
+            }
+            if manifest.partition_spec_id != default_spec {
+                reasons.push(format!(
+                    "manifest {} was written with partition spec {}, the target's is {default_spec}",
+                    manifest.manifest_path, manifest.partition_spec_id
+                ));
+                continue;
+            }
+            let loaded = manifest.load_manifest(staging.table.file_io()).await?;
+            files.extend(
+                loaded
+                    .entries()
+                    .iter()
+                    .filter(|e| e.is_alive())
+                    .map(|e| e.data_file().clone()),
+            );
+        }
+    }
+    // Counted even when the schema drifted: "optional in staging, required in
+    // the target" is worth knowing together with how many rows hold NULL.
+    reasons.extend(required_nulls(staging, target_schema, &files).await?);
+    Ok((files, reasons))
+}
+
+/// Renders row `row` of `columns` (name, array) as `name=value, ...`.
+fn key_text(columns: &[(String, Arc<dyn Array>)], row: usize) -> Result<String> {
+    let options = FormatOptions::default().with_null("NULL");
+    let mut parts = vec![];
+    for (name, array) in columns {
+        let formatter = ArrayFormatter::try_new(array.as_ref(), &options)?;
+        parts.push(format!("{name}={}", formatter.value(row)));
+    }
+    Ok(parts.join(", "))
+}
+
+/// Renders row `row` of `columns` as a JSON object of strings (NULL as null).
+fn values_json(columns: &[(String, Arc<dyn Array>)], row: usize) -> Result<String> {
+    let options = FormatOptions::default();
+    let mut object = serde_json::Map::new();
+    for (name, array) in columns {
+        let value = if array.is_null(row) {
+            serde_json::Value::Null
+        } else {
+            let formatter = ArrayFormatter::try_new(array.as_ref(), &options)?;
+            serde_json::Value::String(formatter.value(row).to_string())
+        };
+        object.insert(name.clone(), value);
+    }
+    Ok(serde_json::Value::Object(object).to_string())
+}
+
+fn named(batch: &RecordBatch, names: &[String]) -> Result<Vec<(String, Arc<dyn Array>)>> {
+    names
+        .iter()
+        .map(|name| {
+            batch
+                .column_by_name(name)
+                .map(|a| (name.clone(), Arc::clone(a)))
+                .ok_or_else(|| {
+                    Error::invalid(format!("internal: the scan returned no column '{name}'"))
+                })
+        })
+        .collect()
+}
+
+/// Evaluates every CHECK rule in one streaming pass over the staging files
+/// whose metrics allow a violation of at least one of them.
+async fn evaluate_checks(
+    staging: &Staging,
+    checks: &[PlannedCheck],
+    key: &[String],
+    validation: &mut Validation,
+) -> Result<()> {
+    if checks.is_empty() {
+        return Ok(());
+    }
+    let table = &staging.table;
+    // The columns to read: the key, then whatever the rules reference.
+    let mut read: Vec<String> = key.to_vec();
+    let mut referenced: Vec<Vec<String>> = vec![];
+    for check in checks {
+        let mut names: Vec<String> = check
+            .expr
+            .column_refs()
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
+        names.sort();
+        for name in &names {
+            if !read.contains(name) {
+                read.push(name.clone());
+            }
+        }
+        referenced.push(names);
+    }
+    // A row violates CHECK (p) when p is false: prune with NOT p.
+    let violation = checks
+        .iter()
+        .map(|c| Expr::Not(Box::new(c.expr.clone())))
+        .reduce(|a, b| a.or(b))
+        .expect("at least one check");
+    let mut scan = table.scan().select(read.iter().map(String::as_str));
+    if let Some(predicate) = convert_filters_to_predicate(&[violation]) {
+        scan = scan.with_filter(predicate);
+    }
+    let tasks: Vec<FileScanTask> = scan.build()?.plan_files().await?.try_collect().await?;
+
+    // The predicates, planned against the columns the scan returns.
+    let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())?;
+    let projected = ArrowSchema::new(
+        read.iter()
+            .map(|n| arrow.field_with_name(n).cloned())
+            .collect::<Result<Vec<_>, _>>()?,
+    );
+    let schema = DFSchema::try_from(projected)?;
+    let ctx = SessionContext::new();
+    let physical = checks
+        .iter()
+        .map(|c| {
+            let expr = ctx.parse_sql_expr(&c.predicate, &schema)?;
+            ctx.create_physical_expr(expr, &schema)
+        })
+        .collect::<datafusion::error::Result<Vec<_>>>()?;
+
+    for mut task in tasks {
+        // Whole files, so that positions count every row.
+        task.predicate = None;
+        let file = task.data_file_path.clone();
+        let short = file.rsplit('/').next().unwrap_or(&file).to_string();
+        let mut stream = table
+            .reader_builder()
+            .build()
+            .read(futures::stream::iter([Ok(task)]).boxed())?
+            .stream();
+        let mut position = 0i64;
+        while let Some(batch) = stream.try_next().await? {
+            let batch = batch.project(
+                &read
+                    .iter()
+                    .map(|n| batch.schema().index_of(n))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )?;
+            let key_columns = named(&batch, key)?;
+            for ((check, expr), names) in checks.iter().zip(&physical).zip(&referenced) {
+                let result = expr.evaluate(&batch)?.into_array(batch.num_rows())?;
+                let result = result.as_boolean();
+                let values = named(&batch, names)?;
+                let entry = validation
+                    .violations
+                    .get_mut(&check.name)
+                    .expect("every rule has an entry");
+                for row in 0..batch.num_rows() {
+                    if !result.is_valid(row) || result.value(row) {
+                        continue;
+                    }
+                    entry.1 += 1;
+                    if entry.1 as usize > FINDINGS_PER_RULE {
+                        continue;
+                    }
+                    let at = position + row as i64;
+                    validation.findings.push(Finding {
+                        rule: check.name.clone(),
+                        kind: "check".to_string(),
+                        row: if key_columns.is_empty() {
+                            format!("{short}#{at}")
+                        } else {
+                            key_text(&key_columns, row)?
+                        },
+                        file: Some(file.clone()),
+                        position: Some(at),
+                        values: values_json(&values, row)?,
+                        message: format!("violates CHECK ({})", check.predicate),
+                    });
+                }
+            }
+            position += batch.num_rows() as i64;
+        }
+    }
+    Ok(())
+}
+
+/// Quotes an identifier for SQL.
+fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Evaluates one UNIQUE rule: keys repeated inside the upload, and keys the
+/// target already holds. NULL keys are never duplicates, as in SQL.
+async fn evaluate_unique(
+    staging: &Staging,
+    target: &Table,
+    name: &str,
+    columns: &[String],
+    validation: &mut Validation,
+) -> Result<()> {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(VALIDATION_MEMORY, 1.0)
+        .build_arc()?;
+    let config = SessionConfig::new()
+        .set_bool("datafusion.optimizer.prefer_hash_join", false)
+        .with_target_partitions(2);
+    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    let provider = |table: &Table| {
+        let catalog = Arc::clone(&staging.catalog);
+        let ident = table.identifier().clone();
+        async move {
+            table_provider(&catalog, &ident, None)
+                .await?
+                .ok_or_else(|| Error::TableNotFound {
+                    table: ident.to_string(),
+                    hint: String::new(),
+                })
+        }
+    };
+    ctx.register_table("staged", provider(&staging.table).await?)?;
+    ctx.register_table("target", provider(target).await?)?;
+    let list = |alias: &str| {
+        columns
+            .iter()
+            .map(|c| format!("{alias}.{}", ident(c)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let not_null = columns
+        .iter()
+        .map(|c| format!("s.{} IS NOT NULL", ident(c)))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let joined = columns
+        .iter()
+        .map(|c| format!("s.{0} = t.{0}", ident(c)))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let queries = [
+        (
+            format!(
+                "SELECT {cols}, count(*) AS copies FROM staged s WHERE {not_null} GROUP BY {cols} HAVING count(*) > 1",
+                cols = list("s")
+            ),
+            "appears more than once in the upload",
+        ),
+        (
+            format!(
+                "SELECT DISTINCT {cols} FROM staged s JOIN target t ON {joined}",
+                cols = list("s")
+            ),
+            "is already in the target",
+        ),
+    ];
+    let definition = format!("UNIQUE ({})", columns.join(", "));
+    for (sql, what) in queries {
+        let mut stream = ctx.sql(&sql).await?.execute_stream().await?;
+        while let Some(batch) = stream.try_next().await? {
+            let keys = named(&batch, columns)?;
+            let copies = batch
+                .column_by_name("copies")
+                .map(|c| c.as_primitive::<Int64Type>().clone());
+            let entry = validation
+                .violations
+                .get_mut(name)
+                .expect("every rule has an entry");
+            for row in 0..batch.num_rows() {
+                let rows = copies.as_ref().map_or(1, |c| c.value(row) as u64);
+                entry.1 += rows;
+                if validation
+                    .findings
+                    .iter()
+                    .filter(|f| f.rule == name)
+                    .count()
+                    >= FINDINGS_PER_RULE
+                {
+                    continue;
+                }
+                let mut values = keys.clone();
+                if let Some(copies) = &copies {
+                    values.push((
+                        "copies".to_string(),
+                        Arc::new(copies.clone()) as Arc<dyn Array>,
+                    ));
+                }
+                validation.findings.push(Finding {
+                    rule: name.to_string(),
+                    kind: "unique".to_string(),
+                    row: key_text(&keys, row)?,
+                    file: None,
+                    position: None,
+                    values: values_json(&values, row)?,
+                    message: format!("violates {definition}: the key {what}"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use iceberg::spec::{NestedField, PrimitiveType};
+
+    use super::*;
+
+    fn schema(fields: Vec<NestedField>) -> Schema {
+        Schema::builder()
+            .with_fields(fields.into_iter().map(Arc::new))
+            .build()
+            .unwrap()
+    }
+
+    fn int() -> Type {
+        Type::Primitive(PrimitiveType::Int)
+    }
+
+    #[test]
+    fn drift_names_each_column() {
+        let target = schema(vec![
+            NestedField::required(1, "id", int()),
+            NestedField::required(2, "amount", int()),
+            NestedField::optional(3, "note", Type::Primitive(PrimitiveType::String)),
+        ]);
+        assert!(schema_drift(&target, &target).is_empty());
+        let staging = schema(vec![
+            NestedField::optional(1, "id", int()),
+            NestedField::required(2, "amount", Type::Primitive(PrimitiveType::Long)),
+            NestedField::optional(4, "extra", int()),
+        ]);
+        let drift = schema_drift(&staging, &target);
+        assert_eq!(
+            drift,
+            vec![
+                "schema drift: column 'id' is required in the target but optional in the staging table",
+                "schema drift: column 'amount' is int in the target but long in the staging table",
+                "schema drift: column 'note' (field id 3) of the target is missing from the staging table",
+                "schema drift: column 'extra' (field id 4) is in the staging table but not in the target",
+            ]
+        );
+    }
+}

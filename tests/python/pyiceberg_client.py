@@ -1,0 +1,147 @@
+"""PyIceberg as a real third-party client of icestage's staging tables.
+
+Each sub-command takes the `connection` JSON that CREATE UPLOAD returns and
+does what a client of the upload API does with it; results are printed as
+JSON for the Rust test to check.
+
+    pyiceberg_client.py append   CONNECTION STAGING_TABLE ROWS
+    pyiceberg_client.py read     CONNECTION TABLE UPLOAD_ID
+    pyiceberg_client.py field-ids CONNECTION TABLE
+    pyiceberg_client.py evolve   CONNECTION TABLE     (add 'note', drop 'currency')
+    pyiceberg_client.py retype   CONNECTION TABLE COLUMN
+    pyiceberg_client.py rogue-nulls CONNECTION TABLE COLUMN
+"""
+
+import json
+import sys
+import tempfile
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.catalog import load_catalog
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.types import LongType, StringType
+
+
+def catalog(connection: str):
+    props = json.loads(connection)
+    return load_catalog(props.pop("name"), **props)
+
+
+def append(connection: str, staging_table: str, rows: int) -> None:
+    staging = catalog(connection).load_table(staging_table)
+    # The schema comes from the staging table the service created.
+    schema = staging.schema().as_arrow()
+    start = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+    records = [
+        {
+            "transaction_id": f"txn_{i:03}",
+            "account_id": f"acct_{i % 7}",
+            "amount_cents": 100 + i,
+            "currency": "usd",
+            "created_at": start + timedelta(minutes=i),
+        }
+        for i in range(rows)
+    ]
+    records = [{k: v for k, v in r.items() if k in schema.names} for r in records]
+    for r in records:
+        if "note" in schema.names:
+            r["note"] = "from pyiceberg"
+    staging.append(pa.Table.from_pylist(records, schema=schema))
+    print(json.dumps({"appended": rows}))
+
+
+def read(connection: str, table: str, upload_id: str) -> None:
+    target = catalog(connection).load_table(table)
+    rows = target.scan().to_arrow().sort_by("transaction_id").to_pylist()
+    evidence = [
+        s.snapshot_id
+        for s in target.metadata.snapshots
+        if s.summary is not None and s.summary["upload-id"] == upload_id
+    ]
+    print(json.dumps({
+        "rows": len(rows),
+        "ids": [r["transaction_id"] for r in rows],
+        "evidence_snapshots": evidence,
+    }))
+
+
+def field_ids(connection: str, table: str) -> None:
+    t = catalog(connection).load_table(table)
+    print(json.dumps({f.name: f.field_id for f in t.schema().fields}))
+
+
+def evolve(connection: str, table: str) -> None:
+    t = catalog(connection).load_table(table)
+    with t.update_schema() as update:
+        update.add_column("note", StringType())
+    with t.update_schema() as update:
+        update.delete_column("currency")
+    print(json.dumps({f.name: f.field_id for f in t.schema().fields}))
+
+
+def retype(connection: str, table: str, column: str) -> None:
+    t = catalog(connection).load_table(table)
+    with t.update_schema() as update:
+        update.update_column(column, field_type=LongType())
+    print(json.dumps({"retyped": column}))
+
+
+def rogue_nulls(connection: str, table: str, column: str) -> None:
+    """Adds a file holding a NULL in a required column, as a writer that does
+    not check nullability would (Spark with check-nullability disabled)."""
+    t = catalog(connection).load_table(table)
+    schema = t.schema()
+    fields = []
+    for f in schema.fields:
+        arrow_type = schema.as_arrow().field(f.name).type
+        fields.append(pa.field(f.name, arrow_type, nullable=True,
+                               metadata={"PARQUET:field_id": str(f.field_id)}))
+    arrow_schema = pa.schema(fields)
+    row = {f.name: None for f in schema.fields}
+    for f in schema.fields:
+        if f.name != column and f.required:
+            row[f.name] = 1 if pa.types.is_integer(arrow_schema.field(f.name).type) else "x"
+    path = f"{t.location()}/data/rogue-{next(tempfile._get_candidate_names())}.parquet"
+    with t.io.new_output(path).create() as out:
+        pq.write_table(pa.Table.from_pylist([row], schema=arrow_schema), out)
+    metadata = pq.read_metadata(t.io.new_input(path).open())
+    stats = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=metadata,
+        stats_columns=compute_statistics_plan(schema, t.metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=stats.partition(t.metadata.spec(), schema),
+        file_size_in_bytes=len(t.io.new_input(path)),
+        sort_order_id=None,
+        spec_id=t.metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **stats.to_serialized_dict(),
+    )
+    with t.transaction() as tx:
+        with tx.update_snapshot().fast_append() as append_files:
+            append_files.append_data_file(data_file)
+    print(json.dumps({"rogue_file": path}))
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    {
+        "append": lambda c, t, n: append(c, t, int(n)),
+        "read": read,
+        "field-ids": field_ids,
+        "evolve": evolve,
+        "retype": retype,
+        "rogue-nulls": rogue_nulls,
+    }[command](*args)
