@@ -62,19 +62,35 @@ def icestage(binary, warehouse, sql):
     return json.loads(text) if text else []
 
 
+# Linux keeps a process's peak RSS across exec, so a child forked from this
+# (large) process would report this process's memory. A small launcher
+# process forks the measured command instead and reports its usage.
+LAUNCHER = r"""
+import json, os, sys, time
+report, command = sys.argv[1], sys.argv[2:]
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execvp(command[0], command)
+_, status, usage = os.wait4(pid, 0)
+with open(report, "w") as f:
+    json.dump({"seconds": time.perf_counter() - start, "maxrss_kib": usage.ru_maxrss,
+               "code": os.waitstatus_to_exitcode(status)}, f)
+"""
+
+
 def measured(command):
     """Runs `command`; returns (seconds, peak RSS in MiB, stdout)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, stderr=err)
-        _, status, usage = os.wait4(child.pid, 0)
-        seconds = time.perf_counter() - start
-        child.returncode = os.waitstatus_to_exitcode(status)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(suffix=".json") as report:
+        subprocess.run([sys.executable, "-c", LAUNCHER, report.name, *command],
+                       stdout=out, stderr=err, check=True)
+        usage = json.load(open(report.name))
         out.seek(0)
         err.seek(0)
-        if child.returncode != 0:
+        if usage["code"] != 0:
             sys.exit(f"{command[0]} failed: {err.read().decode()}")
-        return seconds, usage.ru_maxrss / 1024, out.read().decode()
+        return usage["seconds"], usage["maxrss_kib"] / 1024, out.read().decode()
 
 
 def chunks(schema, rows):

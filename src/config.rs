@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use datafusion::common::config::{ConfigExtension, ConfigField, Visit};
 use datafusion::common::extensions_options;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
@@ -70,6 +70,12 @@ impl ConfigExtension for IcestageOptions {
 
 /// Catalog type of the embedded default: iceberg's SQL catalog.
 pub const CATALOG_TYPE_SQL: &str = "sql";
+/// Catalog type: Amazon S3 Tables.
+pub const CATALOG_TYPE_S3TABLES: &str = "s3tables";
+/// Property key (S3 Tables): the table bucket's ARN.
+pub const PROP_TABLE_BUCKET_ARN: &str = "table_bucket_arn";
+/// Property key (S3 Tables): the S3 Tables API endpoint, for an emulator.
+pub const PROP_ENDPOINT_URL: &str = "endpoint_url";
 /// Property key: the catalog database URI (sqlx form, `sqlite:/path?mode=rwc`).
 pub const PROP_URI: &str = "uri";
 /// Property key: the warehouse root (`file:///path` or `s3://bucket/prefix`).
@@ -80,7 +86,7 @@ pub const EMBEDDED_CATALOG_NAME: &str = "local";
 pub const EMBEDDED_CATALOG_FILE: &str = "catalog.db";
 
 /// One catalog icestage serves.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
 pub struct CatalogConfig {
     /// The name SQL uses for it (`<name>.<namespace>.<table>`).
     pub name: String,
@@ -90,6 +96,16 @@ pub struct CatalogConfig {
     /// Properties handed to the catalog (`uri`, `warehouse`, ...).
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for CatalogConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CatalogConfig")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("config", &crate::credentials::redacted(&self.config))
+            .finish()
+    }
 }
 
 /// The catalogs of one icestage session.

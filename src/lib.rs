@@ -5,6 +5,7 @@
 mod catalog;
 mod config;
 mod context;
+mod credentials;
 mod error;
 mod functions;
 mod plan;
@@ -17,6 +18,7 @@ pub use config::{
     Ttl, parse_duration,
 };
 pub use context::{Icestage, execute_statement, register, sql};
+pub use credentials::{AccessMode, Secret};
 pub use error::{Error, Result, error_message};
 pub use upload::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
 pub use upload::{

@@ -14,21 +14,55 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 
+use std::fmt;
+
+use iceberg::table::Table;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
+use iceberg_catalog_s3tables::S3TablesCatalogBuilder;
 use iceberg_catalog_sql::SqlCatalogBuilder;
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
-use crate::config::{CATALOG_TYPE_SQL, CatalogConfig, PROP_URI, PROP_WAREHOUSE, sqlite_path};
+use crate::config::{
+    CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, CatalogConfig, PROP_ENDPOINT_URL,
+    PROP_TABLE_BUCKET_ARN, PROP_URI, PROP_WAREHOUSE, sqlite_path,
+};
+use crate::credentials::{AwsSettings, redacted};
 use crate::error::{Error, Result};
 
+/// What kind of catalog it is, and what icestage knows of its storage.
+#[derive(Debug, Clone)]
+pub(crate) enum CatalogKind {
+    /// iceberg's SQL catalog; the warehouse is a local folder or `s3://...`.
+    Sql { uri: String, warehouse: String },
+    /// Amazon S3 Tables: one table bucket; each table gets its own storage,
+    /// which goes away when the table is deleted.
+    S3Tables {
+        bucket_arn: String,
+        endpoint_url: Option<String>,
+    },
+}
+
 /// One Iceberg catalog as icestage uses it.
-#[derive(Debug)]
 pub struct IcebergCatalog {
     name: String,
     catalog: Arc<dyn Catalog>,
-    warehouse: String,
+    kind: CatalogKind,
+    aws: AwsSettings,
     /// Properties a third-party client (PyIceberg `load_catalog`) needs.
     client_properties: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for IcebergCatalog {
+    // The inner catalogs print their properties, secrets included: never
+    // show them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IcebergCatalog")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("aws", &self.aws)
+            .field("client_properties", &redacted(&self.client_properties))
+            .finish()
+    }
 }
 
 impl IcebergCatalog {
@@ -36,31 +70,45 @@ impl IcebergCatalog {
     pub async fn open(config: &CatalogConfig) -> Result<Self> {
         match config.kind.as_str() {
             CATALOG_TYPE_SQL => Self::open_sql(config).await,
+            CATALOG_TYPE_S3TABLES => Self::open_s3tables(config).await,
             other => Err(Error::Config(format!(
-                "catalog '{}' has type '{other}', which icestage does not support: use type = \"{CATALOG_TYPE_SQL}\"",
+                "catalog '{}' has type '{other}', which icestage does not support: \
+                 use type = \"{CATALOG_TYPE_SQL}\" or \"{CATALOG_TYPE_S3TABLES}\"",
                 config.name
             ))),
         }
     }
 
+    fn setting(config: &CatalogConfig, key: &str) -> Result<String> {
+        config.config.get(key).cloned().ok_or_else(|| {
+            Error::Config(format!(
+                "catalog '{}' (type {}) needs '{key}' in [catalogs.config]",
+                config.name, config.kind
+            ))
+        })
+    }
+
     async fn open_sql(config: &CatalogConfig) -> Result<Self> {
-        let setting = |key: &str| {
-            config.config.get(key).cloned().ok_or_else(|| {
-                Error::Config(format!(
-                    "catalog '{}' (type sql) needs '{key}' in [catalogs.config]",
-                    config.name
-                ))
-            })
-        };
-        let uri = setting(PROP_URI)?;
-        let warehouse = setting(PROP_WAREHOUSE)?.trim_end_matches('/').to_string();
+        let uri = Self::setting(config, PROP_URI)?;
+        let warehouse = Self::setting(config, PROP_WAREHOUSE)?
+            .trim_end_matches('/')
+            .to_string();
         if let Some(path) = sqlite_path(&uri)
             && let Some(parent) = path.parent()
         {
             std::fs::create_dir_all(parent)?;
         }
-        let mut props: HashMap<String, String> = config.config.clone().into_iter().collect();
+        let aws = AwsSettings::from_config(&config.config);
+        let mut props: HashMap<String, String> = config
+            .config
+            .iter()
+            .filter(|(k, _)| *k == PROP_URI || k.starts_with("pool.") || *k == "sql_bind_style")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         props.insert(PROP_WAREHOUSE.to_string(), warehouse.clone());
+        if warehouse.starts_with("s3://") || warehouse.starts_with("s3a://") {
+            props.extend(aws.file_io_properties());
+        }
         // SQLite takes `?` placeholders; the SQL catalog defaults to `$1`.
         if uri.starts_with("sqlite:") {
             props
@@ -88,10 +136,68 @@ impl IcebergCatalog {
             None => uri.clone(),
         };
         client_properties.insert("uri".to_string(), client_uri);
+        if warehouse.starts_with("s3") {
+            client_properties.insert("s3.region".to_string(), aws.region.clone());
+            if let Some(endpoint) = &aws.s3_endpoint {
+                client_properties.insert("s3.endpoint".to_string(), endpoint.clone());
+            }
+        }
         Ok(Self {
             name: config.name.clone(),
             catalog: Arc::new(catalog),
-            warehouse,
+            kind: CatalogKind::Sql { uri, warehouse },
+            aws,
+            client_properties,
+        })
+    }
+
+    async fn open_s3tables(config: &CatalogConfig) -> Result<Self> {
+        let bucket_arn = Self::setting(config, PROP_TABLE_BUCKET_ARN)?;
+        let aws = AwsSettings::from_config(&config.config);
+        let endpoint_url = config.config.get(PROP_ENDPOINT_URL).cloned();
+        let mut props = aws.file_io_properties();
+        props.insert(PROP_TABLE_BUCKET_ARN.to_string(), bucket_arn.clone());
+        props.insert("region_name".to_string(), aws.region.clone());
+        if let Some(endpoint) = &endpoint_url {
+            props.insert(PROP_ENDPOINT_URL.to_string(), endpoint.clone());
+        }
+        // The S3 Tables API client uses the same identity as the data files.
+        let sdk = aws.sdk_config(endpoint_url.as_deref()).await;
+        let client = aws_sdk_s3tables::Client::new(&sdk);
+        let catalog = S3TablesCatalogBuilder::default()
+            .with_client(client)
+            .load(&config.name, props)
+            .await
+            .map_err(|e| {
+                Error::Config(format!(
+                    "cannot open S3 Tables catalog '{}' ({bucket_arn}): {}",
+                    config.name,
+                    e.message()
+                ))
+            })?;
+        let region = aws.region.clone();
+        let client_properties = BTreeMap::from([
+            ("type".to_string(), "rest".to_string()),
+            (
+                "uri".to_string(),
+                endpoint_url
+                    .clone()
+                    .map(|e| format!("{}/iceberg", e.trim_end_matches('/')))
+                    .unwrap_or_else(|| format!("https://s3tables.{region}.amazonaws.com/iceberg")),
+            ),
+            ("warehouse".to_string(), bucket_arn.clone()),
+            ("rest.sigv4-enabled".to_string(), "true".to_string()),
+            ("rest.signing-name".to_string(), "s3tables".to_string()),
+            ("rest.signing-region".to_string(), region),
+        ]);
+        Ok(Self {
+            name: config.name.clone(),
+            catalog: Arc::new(catalog),
+            kind: CatalogKind::S3Tables {
+                bucket_arn,
+                endpoint_url,
+            },
+            aws,
             client_properties,
         })
     }
@@ -111,14 +217,80 @@ impl IcebergCatalog {
         &self.client_properties
     }
 
-    /// Where a new table of this namespace is placed, mirroring the SQL catalog's rule.
-    pub(crate) fn default_table_location(&self, ident: &TableIdent) -> String {
-        format!(
-            "{}/{}/{}",
-            self.warehouse,
-            ident.namespace().join("/"),
-            ident.name()
-        )
+    pub(crate) fn kind(&self) -> &CatalogKind {
+        &self.kind
+    }
+
+    pub(crate) fn aws(&self) -> &AwsSettings {
+        &self.aws
+    }
+
+    /// Where a new table of this namespace is placed, mirroring the SQL
+    /// catalog's rule; `None` where the catalog chooses (S3 Tables).
+    pub(crate) fn default_table_location(&self, ident: &TableIdent) -> Option<String> {
+        match &self.kind {
+            CatalogKind::Sql { warehouse, .. } => Some(format!(
+                "{warehouse}/{}/{}",
+                ident.namespace().join("/"),
+                ident.name()
+            )),
+            CatalogKind::S3Tables { .. } => None,
+        }
+    }
+
+    /// Whether icestage can register metadata it wrote (keeping a target's
+    /// field ids in a staging table). S3 Tables cannot.
+    pub(crate) fn can_register_tables(&self) -> bool {
+        matches!(self.kind, CatalogKind::Sql { .. })
+    }
+
+    /// Whether a table's data files stay readable when the table is dropped
+    /// without purge, so promotion may register staging files in the target.
+    /// S3 Tables deletes a table's storage with the table.
+    pub(crate) fn files_outlive_tables(&self) -> bool {
+        matches!(self.kind, CatalogKind::Sql { .. })
+    }
+
+    /// Removes a table from the catalog; with `keep_data`, its data files
+    /// stay (another table references them) and only its metadata files are
+    /// deleted.
+    pub(crate) async fn remove_table(&self, table: &Table, keep_data: bool) -> Result<()> {
+        let ident = table.identifier();
+        let result = if keep_data && self.files_outlive_tables() {
+            self.catalog.drop_table(ident).await
+        } else {
+            self.catalog.purge_table(ident).await
+        };
+        match result {
+            Ok(()) => {}
+            // A concurrent clean-up got there first (S3 Tables reports it as
+            // an unexpected error, so ask).
+            Err(e) => {
+                if self.catalog.table_exists(ident).await.unwrap_or(true) {
+                    return Err(e.into());
+                }
+                return Ok(());
+            }
+        }
+        if keep_data && self.files_outlive_tables() {
+            delete_metadata_files(table).await;
+        }
+        Ok(())
+    }
+
+    /// Purges `table` with its files, if it exists.
+    pub(crate) async fn purge_if_exists(&self, table: &TableIdent) -> Result<()> {
+        if !self.catalog.table_exists(table).await? {
+            return Ok(());
+        }
+        match self.catalog.purge_table(table).await {
+            Ok(()) => Ok(()),
+            Err(e) if !self.catalog.table_exists(table).await.unwrap_or(true) => {
+                let _ = e;
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Creates `namespace` unless it exists (racing creators both succeed).
@@ -139,6 +311,33 @@ impl IcebergCatalog {
                 _ => Err(e.into()),
             },
         }
+    }
+}
+
+/// Deletes a dropped table's metadata, manifest lists and manifests but not
+/// its data files. Best effort: the table is already gone from the catalog,
+/// and leftovers are only orphaned files.
+pub(crate) async fn delete_metadata_files(table: &Table) {
+    let keep_data = HashMap::from([("gc.enabled".to_string(), "false".to_string())]);
+    let metadata = table
+        .metadata()
+        .clone()
+        .into_builder(None)
+        .set_properties(keep_data)
+        .and_then(|b| b.build());
+    let Ok(metadata) = metadata else { return };
+    let mut builder = Table::builder()
+        .file_io(table.file_io().clone())
+        .metadata(metadata.metadata)
+        .identifier(table.identifier().clone());
+    if let Some(location) = table.metadata_location() {
+        builder = builder.metadata_location(location.to_string());
+    }
+    if let Ok(runtime) = iceberg::Runtime::try_current() {
+        builder = builder.runtime(runtime);
+    }
+    if let Ok(copy) = builder.build() {
+        let _ = iceberg::drop_table_data(&copy).await;
     }
 }
 

@@ -31,6 +31,7 @@ pub(crate) fn register_all(ctx: &SessionContext) {
     ctx.register_udtf("promote_upload", Arc::new(upload::PromoteUploadFunc));
     ctx.register_udtf("upload_findings", Arc::new(upload::UploadFindingsFunc));
     ctx.register_udtf("table_constraints", Arc::new(upload::TableConstraintsFunc));
+    ctx.register_udtf("vend_credentials", Arc::new(upload::VendCredentialsFunc));
 }
 
 /// Builds the command once the session is known (names resolve against it).

@@ -11,6 +11,8 @@ use datafusion::logical_expr::Expr;
 use super::{CommandTable, at_most, string_arg};
 use crate::config::parse_duration;
 use crate::context::Icestage;
+use crate::credentials::AccessMode;
+use crate::credentials::vend::vend_duration;
 use crate::plan::Command;
 use crate::plan::command::{constraints_schema, create_upload_schema};
 use crate::upload::UploadId;
@@ -102,6 +104,35 @@ impl TableFunctionImpl for UploadFindingsFunc {
         let id = string_arg(args, 0, "upload_findings", signature)?;
         UploadId::parse(&id)?;
         Ok(CommandTable::of(Command::UploadFindings { id }))
+    }
+}
+
+/// `vend_credentials('<id>' [, '<mode>'] [, '<duration>'])`: credentials for
+/// one upload's staging table.
+#[derive(Debug)]
+pub(crate) struct VendCredentialsFunc;
+
+impl TableFunctionImpl for VendCredentialsFunc {
+    fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
+        let signature = "vend_credentials('<upload id>' [, 'write' | 'read'] [, '<duration>'])";
+        at_most(args, 3, "vend_credentials", signature)?;
+        let id = string_arg(args, 0, "vend_credentials", signature)?;
+        UploadId::parse(&id)?;
+        let mode = (args.len() > 1)
+            .then(|| string_arg(args, 1, "vend_credentials", signature))
+            .transpose()?;
+        if let Some(mode) = &mode {
+            AccessMode::parse(mode)?;
+        }
+        let duration = (args.len() > 2)
+            .then(|| string_arg(args, 2, "vend_credentials", signature))
+            .transpose()?;
+        vend_duration(duration.as_deref())?;
+        Ok(CommandTable::of(Command::VendCredentials {
+            id,
+            mode,
+            duration,
+        }))
     }
 }
 

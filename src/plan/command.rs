@@ -39,6 +39,12 @@ pub(crate) enum Command {
     },
     /// `upload_findings('<id>')`
     UploadFindings { id: String },
+    /// `vend_credentials('<id>' [, mode] [, duration])`
+    VendCredentials {
+        id: String,
+        mode: Option<String>,
+        duration: Option<String>,
+    },
     /// `ALTER TABLE <t> ADD CONSTRAINT ...`
     AddConstraint {
         catalog: String,
@@ -167,6 +173,22 @@ pub(crate) fn findings_schema() -> SchemaRef {
     ]))
 }
 
+/// The columns of `vend_credentials(id, ...)`.
+pub(crate) fn vend_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        utf8("upload_id", false),
+        utf8("mode", false),
+        utf8("table_name", false),
+        utf8("access_key_id", true),
+        utf8("secret_access_key", true),
+        utf8("session_token", true),
+        timestamp("expiration"),
+        utf8("region", false),
+        utf8("connection", false),
+        utf8("catalog_config", false),
+    ]))
+}
+
 /// The columns of `table_constraints(table)`.
 pub(crate) fn constraints_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -219,6 +241,7 @@ impl Command {
             Command::CreateUpload { .. } => "CreateUpload",
             Command::PromoteUpload { .. } => "PromoteUpload",
             Command::UploadFindings { .. } => "UploadFindings",
+            Command::VendCredentials { .. } => "VendCredentials",
             Command::AddConstraint { .. } => "AddConstraint",
             Command::DropConstraint { .. } => "DropConstraint",
             Command::ListConstraints { .. } => "ListConstraints",
@@ -244,6 +267,7 @@ impl Command {
             )])),
             Command::UploadStatus { .. } | Command::ListUploads => status_schema(),
             Command::UploadFindings { .. } => findings_schema(),
+            Command::VendCredentials { .. } => vend_schema(),
             Command::ListConstraints { .. } => constraints_schema(),
             Command::AddConstraint { .. } | Command::DropConstraint { .. } => {
                 Arc::new(Schema::empty())
@@ -271,6 +295,15 @@ impl Command {
                 upload::promote::promote_upload(&ctx, id, *dry_run).await?
             }
             Command::UploadFindings { id } => upload::status::upload_findings(&ctx, id).await?,
+            Command::VendCredentials { id, mode, duration } => {
+                crate::credentials::vend::vend_credentials(
+                    &ctx,
+                    id,
+                    mode.as_deref(),
+                    duration.as_deref(),
+                )
+                .await?
+            }
             Command::AddConstraint {
                 catalog,
                 table,
@@ -343,6 +376,12 @@ impl fmt::Display for Command {
                 Ok(())
             }
             Command::UploadFindings { id } => write!(f, "UploadFindings: upload={id}"),
+            Command::VendCredentials { id, mode, duration } => write!(
+                f,
+                "VendCredentials: upload={id}, mode={}, duration={}",
+                mode.as_deref().unwrap_or("write"),
+                duration.as_deref().unwrap_or("1h")
+            ),
             Command::AddConstraint {
                 catalog,
                 table,

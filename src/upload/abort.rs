@@ -93,10 +93,5 @@ pub(crate) async fn discard(mut staging: Staging, state: UploadState) -> Result<
     }
     log::append(&staging.catalog, &staging.record(state)).await?;
     findings::discard(&staging.catalog, &staging.id).await?;
-    staging
-        .catalog
-        .catalog()
-        .purge_table(staging.table.identifier())
-        .await?;
-    Ok(())
+    staging.catalog.remove_table(&staging.table, false).await
 }

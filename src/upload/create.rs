@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{Duration as ChronoDuration, Utc};
 use datafusion::arrow::array::RecordBatch;
 use iceberg::spec::TableMetadata;
-use iceberg::{MetadataLocation, NamespaceIdent, TableIdent};
+use iceberg::{MetadataLocation, NamespaceIdent, TableCreation, TableIdent};
 
 use super::{
     PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID, STAGING_NAMESPACE,
@@ -117,26 +117,58 @@ pub(crate) async fn create_upload(
     // by racing promotions.
     super::log::log_table(catalog).await?;
     let ident = id.staging_table();
-    let location = catalog.default_table_location(&ident);
-    let metadata = staging_metadata(
-        table.metadata(),
-        &location,
-        HashMap::from([
-            (PROP_UPLOAD_ID.to_string(), id.to_string()),
-            (PROP_TARGET.to_string(), target_name.clone()),
-            (PROP_STATE.to_string(), UploadState::Open.to_string()),
-            (PROP_CREATED_AT.to_string(), created_at.to_rfc3339()),
-            (PROP_EXPIRES_AT.to_string(), expires_at.to_rfc3339()),
-        ]),
-    )?;
-    let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
-    metadata
-        .write_to(table.file_io(), &metadata_location)
-        .await?;
-    catalog
-        .catalog()
-        .register_table(&ident, metadata_location.to_string())
-        .await?;
+    let properties = HashMap::from([
+        (PROP_UPLOAD_ID.to_string(), id.to_string()),
+        (PROP_TARGET.to_string(), target_name.clone()),
+        (PROP_STATE.to_string(), UploadState::Open.to_string()),
+        (PROP_CREATED_AT.to_string(), created_at.to_rfc3339()),
+        (PROP_EXPIRES_AT.to_string(), expires_at.to_rfc3339()),
+    ]);
+    match catalog.default_table_location(&ident) {
+        Some(location) if catalog.can_register_tables() => {
+            let metadata = staging_metadata(table.metadata(), &location, properties)?;
+            let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
+            metadata
+                .write_to(table.file_io(), &metadata_location)
+                .await?;
+            catalog
+                .catalog()
+                .register_table(&ident, metadata_location.to_string())
+                .await?;
+        }
+        // The catalog places tables itself and cannot register metadata
+        // (S3 Tables): a new table with the target's columns, spec and sort
+        // order, whose field ids the catalog assigns; promotion then maps
+        // columns by name.
+        _ => {
+            let metadata = table.metadata();
+            let mut props: HashMap<String, String> = metadata
+                .properties()
+                .iter()
+                .filter(|(k, _)| inherited(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            props.extend(properties);
+            let creation = TableCreation::builder()
+                .name(ident.name().to_string())
+                .schema(metadata.current_schema().as_ref().clone())
+                .partition_spec(
+                    metadata
+                        .default_partition_spec()
+                        .as_ref()
+                        .clone()
+                        .into_unbound(),
+                )
+                .sort_order(metadata.default_sort_order().as_ref().clone())
+                .properties(props)
+                .format_version(metadata.format_version())
+                .build();
+            catalog
+                .catalog()
+                .create_table(ident.namespace(), creation)
+                .await?;
+        }
+    }
 
     let mut connection = catalog.client_properties().clone();
     connection.insert("name".to_string(), catalog.name().to_string());

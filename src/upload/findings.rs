@@ -106,11 +106,7 @@ pub(crate) async fn replace(
 
 /// Removes the findings of upload `id`, with their files.
 pub(crate) async fn discard(catalog: &IcebergCatalog, id: &UploadId) -> Result<()> {
-    match catalog.catalog().purge_table(&findings_ident(id)).await {
-        Ok(()) => Ok(()),
-        Err(e) if is_missing(&e) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    catalog.purge_if_exists(&findings_ident(id)).await
 }
 
 /// The findings of upload `id`, or `None` when it has none recorded.

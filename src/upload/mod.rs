@@ -20,6 +20,7 @@ pub(crate) mod log;
 pub(crate) mod promote;
 pub(crate) mod rules;
 pub(crate) mod status;
+pub(crate) mod transfer;
 pub(crate) mod validate;
 
 use std::fmt;

@@ -28,10 +28,10 @@ use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-use super::validate::{Validation, validate};
+use super::validate::{Matching, Validation, schema_drift, validate};
 use super::{
     SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
-    findings, is_missing, log, promoted_snapshot,
+    findings, is_missing, log, promoted_snapshot, transfer,
 };
 use crate::catalog::provider::jitter;
 use crate::catalog::scoped::{LoadCheck, ScopedCatalog};
@@ -46,6 +46,27 @@ pub(crate) const PATH_ZERO_COPY: &str = "zero_copy";
 pub(crate) const PATH_NONE: &str = "none";
 /// Validation only (`WITH (dry_run = true)`).
 pub(crate) const PATH_DRY_RUN: &str = "dry_run";
+/// Staged files copied into the target's storage, then registered.
+pub(crate) const PATH_COPY: &str = "copy";
+/// Staged rows rewritten as new files with the target's field ids.
+pub(crate) const PATH_REWRITE: &str = "rewrite";
+
+/// How the staged rows reach the target: registered as they are when the
+/// field ids match and the files outlive the staging table; copied when
+/// only the ids match; rewritten otherwise.
+fn transfer_path(staging: &Staging, target: &Table) -> &'static str {
+    let same_ids = schema_drift(
+        staging.table.metadata().current_schema(),
+        target.metadata().current_schema(),
+        Matching::ById,
+    )
+    .is_empty();
+    match (same_ids, staging.catalog.files_outlive_tables()) {
+        (true, true) => PATH_ZERO_COPY,
+        (true, false) => PATH_COPY,
+        (false, _) => PATH_REWRITE,
+    }
+}
 
 /// The result of a promotion.
 #[derive(Debug, Clone)]
@@ -112,7 +133,9 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
     let target = load_target(&staging).await?;
     if let Some(snapshot_id) = promoted_snapshot(&target, id) {
         let (rows, files) = snapshot_counts(&target, snapshot_id);
-        finish(&staging, Some(snapshot_id), rows, files).await?;
+        // Committed earlier: the files were registered as the target's own
+        // only on the zero-copy path, where the catalog keeps them.
+        finish(&staging, Some(snapshot_id), rows, files, true).await?;
         return Ok(Promotion {
             id: id.clone(),
             rows,
@@ -184,10 +207,9 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
     }
     failpoint("promote.after-validation");
 
-    let files = validation.files.len() as i64;
     let rows = validation.rows;
     if validation.files.is_empty() {
-        finish(&staging, None, 0, 0).await?;
+        finish(&staging, None, 0, 0, false).await?;
         return Ok(Promotion {
             id: id.clone(),
             state: UploadState::Promoted,
@@ -199,12 +221,31 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
             message: format!("the upload was empty: {} is unchanged", staging.target),
         });
     }
-    let (snapshot_id, committed_here) = commit(&staging, &target, validation.files).await?;
+    let path = transfer_path(&staging, &target);
+    let data_files = match path {
+        PATH_ZERO_COPY => validation.files,
+        PATH_COPY => transfer::copy_files(&staging, &target, &validation.files).await?,
+        _ => transfer::rewrite(&staging, &target).await?,
+    };
+    let files = data_files.len() as i64;
+    let (snapshot_id, committed_here) = commit(&staging, &target, data_files).await?;
     failpoint("promote.after-commit");
-    finish(&staging, Some(snapshot_id), rows, files).await?;
+    finish(
+        &staging,
+        Some(snapshot_id),
+        rows,
+        files,
+        path == PATH_ZERO_COPY,
+    )
+    .await?;
+    let how = match path {
+        PATH_ZERO_COPY => "without rewriting data",
+        PATH_COPY => "after copying the files into the target's storage",
+        _ => "after rewriting the rows with the target's field ids",
+    };
     let message = if committed_here {
         format!(
-            "committed {rows} row(s) in {files} file(s) to {} in snapshot {snapshot_id} without rewriting data",
+            "committed {rows} row(s) in {files} file(s) to {} in snapshot {snapshot_id} {how}",
             staging.target
         )
     } else {
@@ -216,11 +257,7 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
         rows,
         files,
         snapshot_id: Some(snapshot_id),
-        path: if committed_here {
-            PATH_ZERO_COPY
-        } else {
-            PATH_NONE
-        },
+        path: if committed_here { path } else { PATH_NONE },
         findings: 0,
         message,
     })
@@ -416,9 +453,15 @@ async fn commit(staging: &Staging, target: &Table, files: Vec<DataFile>) -> Resu
 
 const ALREADY_PROMOTED: &str = "upload already promoted into this table";
 
-/// Records the promotion, drops the staging table without purging its data
-/// files (the target references them now) and deletes its metadata files.
-async fn finish(staging: &Staging, snapshot_id: Option<i64>, rows: i64, files: i64) -> Result<()> {
+/// Records the promotion and removes the staging table: without its data
+/// files when the target now references them (`keep_data`), else purged.
+async fn finish(
+    staging: &Staging,
+    snapshot_id: Option<i64>,
+    rows: i64,
+    files: i64,
+    keep_data: bool,
+) -> Result<()> {
     let record = UploadRecord {
         rows: Some(rows),
         files: Some(files),
@@ -429,40 +472,8 @@ async fn finish(staging: &Staging, snapshot_id: Option<i64>, rows: i64, files: i
     log::append(&staging.catalog, &record).await?;
     failpoint("promote.before-drop");
     findings::discard(&staging.catalog, &staging.id).await?;
-    let ident = staging.table.identifier();
-    match staging.catalog.catalog().drop_table(ident).await {
-        Ok(()) => {}
-        // A concurrent promotion finished first.
-        Err(e) if is_missing(&e) => return Ok(()),
-        Err(e) => return Err(e.into()),
-    }
-    delete_metadata_files(&staging.table).await;
-    Ok(())
-}
-
-/// Deletes a dropped table's metadata, manifest lists and manifests but not
-/// its data files. Best effort: the table is already gone from the catalog,
-/// and leftovers are only orphaned files.
-pub(crate) async fn delete_metadata_files(table: &Table) {
-    let keep_data = HashMap::from([("gc.enabled".to_string(), "false".to_string())]);
-    let metadata = table
-        .metadata()
-        .clone()
-        .into_builder(None)
-        .set_properties(keep_data)
-        .and_then(|b| b.build());
-    let Ok(metadata) = metadata else { return };
-    let mut builder = Table::builder()
-        .file_io(table.file_io().clone())
-        .metadata(metadata.metadata)
-        .identifier(table.identifier().clone());
-    if let Some(location) = table.metadata_location() {
-        builder = builder.metadata_location(location.to_string());
-    }
-    if let Ok(runtime) = iceberg::Runtime::try_current() {
-        builder = builder.runtime(runtime);
-    }
-    if let Ok(copy) = builder.build() {
-        let _ = iceberg::drop_table_data(&copy).await;
-    }
+    staging
+        .catalog
+        .remove_table(&staging.table, keep_data)
+        .await
 }

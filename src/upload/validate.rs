@@ -241,24 +241,76 @@ fn columns(schema: &Schema) -> BTreeMap<i32, Column> {
     out
 }
 
-/// Every difference between the staging table's schema and the target's, by
-/// field id, one line per column.
-pub(crate) fn schema_drift(staging: &Schema, target: &Schema) -> Vec<String> {
-    let staging = columns(staging);
-    let target = columns(target);
+/// How staging columns are matched with the target's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Matching {
+    /// By field id: the staging table was registered with the target's ids.
+    ById,
+    /// By name: the catalog renumbered the staging table's ids (S3 Tables).
+    ByName,
+}
+
+impl Matching {
+    pub(crate) fn for_staging(staging: &Staging) -> Self {
+        if staging.catalog.can_register_tables() {
+            Matching::ById
+        } else {
+            Matching::ByName
+        }
+    }
+}
+
+/// The target's columns, each with its staging counterpart if any, and the
+/// staging columns the target lacks. Keys are target (or staging) field ids.
+#[allow(clippy::type_complexity)]
+fn pair_columns(
+    staging: &Schema,
+    target: &Schema,
+    matching: Matching,
+) -> (
+    Vec<(i32, Column, Option<(i32, Column)>)>,
+    Vec<(i32, Column)>,
+) {
+    let mut staged = columns(staging);
+    let mut pairs = vec![];
+    for (id, t) in columns(target) {
+        let found = match matching {
+            Matching::ById => staged.remove(&id).map(|s| (id, s)),
+            Matching::ByName => staged
+                .iter()
+                .find(|(_, s)| s.path == t.path)
+                .map(|(sid, _)| *sid)
+                .and_then(|sid| staged.remove(&sid).map(|s| (sid, s))),
+        };
+        pairs.push((id, t, found));
+    }
+    (pairs, staged.into_iter().collect())
+}
+
+/// Every difference between the staging table's schema and the target's,
+/// one line per column, matching columns by id or by name.
+pub(crate) fn schema_drift(staging: &Schema, target: &Schema, matching: Matching) -> Vec<String> {
+    let (pairs, extra) = pair_columns(staging, target, matching);
+    let id_note = |id: i32| match matching {
+        Matching::ById => format!(" (field id {id})"),
+        Matching::ByName => String::new(),
+    };
     let mut drift = vec![];
-    for (id, t) in &target {
-        let Some(s) = staging.get(id) else {
+    for (id, t, found) in &pairs {
+        let Some((_, s)) = found else {
             drift.push(format!(
-                "schema drift: column '{}' (field id {id}) of the target is missing from the staging table",
-                t.path
+                "schema drift: column '{}'{} of the target is missing from the staging table",
+                t.path,
+                id_note(*id)
             ));
             continue;
         };
         if s.path != t.path {
             drift.push(format!(
-                "schema drift: column '{}' (field id {id}) of the target is named '{}' in the staging table",
-                t.path, s.path
+                "schema drift: column '{}'{} of the target is named '{}' in the staging table",
+                t.path,
+                id_note(*id),
+                s.path
             ));
         }
         if s.kind != t.kind {
@@ -277,25 +329,30 @@ pub(crate) fn schema_drift(staging: &Schema, target: &Schema) -> Vec<String> {
             ));
         }
     }
-    for (id, s) in &staging {
-        if !target.contains_key(id) {
-            drift.push(format!(
-                "schema drift: column '{}' (field id {id}) is in the staging table but not in the target",
-                s.path
-            ));
-        }
+    for (id, s) in &extra {
+        drift.push(format!(
+            "schema drift: column '{}'{} is in the staging table but not in the target",
+            s.path,
+            id_note(*id)
+        ));
     }
     drift
 }
 
+/// The default partition spec as text, naming source columns (so it
+/// compares across tables whose field ids differ).
 fn spec_text(metadata: &TableMetadata) -> String {
     let spec = metadata.default_partition_spec();
+    let schema = metadata.current_schema();
     let fields: Vec<String> = spec
         .fields()
         .iter()
-        .map(|f| format!("{}={}({})", f.name, f.transform, f.source_id))
+        .map(|f| {
+            let source = schema.name_by_field_id(f.source_id).unwrap_or("?");
+            format!("{}={}({source})", f.name, f.transform)
+        })
         .collect();
-    format!("spec {} [{}]", spec.spec_id(), fields.join(", "))
+    format!("[{}]", fields.join(", "))
 }
 
 /// Nulls in columns the target requires: counted from the manifests' null
@@ -306,13 +363,17 @@ async fn required_nulls(
     target: &Schema,
     files: &[DataFile],
 ) -> Result<Vec<String>> {
-    // Columns the target requires, by the name the staging table gives them
+    // Columns the target requires, by the staging table's field id and name
     // (columns the staging table lacks are reported as drift).
-    let staged = columns(staging.table.metadata().current_schema());
-    let required: Vec<(i32, String)> = columns(target)
+    let (pairs, _) = pair_columns(
+        staging.table.metadata().current_schema(),
+        target,
+        Matching::for_staging(staging),
+    );
+    let required: Vec<(i32, String)> = pairs
         .into_iter()
-        .filter(|(_, c)| c.never_null && c.kind != "struct")
-        .filter_map(|(id, _)| staged.get(&id).map(|c| (id, c.path.clone())))
+        .filter(|(_, t, _)| t.never_null && t.kind != "struct")
+        .filter_map(|(_, _, found)| found.map(|(id, s)| (id, s.path)))
         .collect();
     let mut nulls: HashMap<i32, u64> = HashMap::new();
     let mut unknown: HashSet<i32> = HashSet::new();
@@ -368,7 +429,8 @@ async fn inspect_metadata(
 ) -> Result<(Vec<DataFile>, Vec<String>)> {
     let metadata = staging.table.metadata();
     let target_schema = target.metadata().current_schema();
-    let mut reasons = schema_drift(metadata.current_schema(), target_schema);
+    let matching = Matching::for_staging(staging);
+    let mut reasons = schema_drift(metadata.current_schema(), target_schema, matching);
     let (staging_spec, target_spec) = (spec_text(metadata), spec_text(target.metadata()));
     if staging_spec != target_spec {
         reasons.push(format!(
@@ -390,7 +452,7 @@ async fn inspect_metadata(
         if let Some(schema_id) = snapshot.schema_id()
             && schema_id != metadata.current_schema_id()
             && let Some(schema) = metadata.schema_by_id(schema_id)
-            && !schema_drift(schema, target_schema).is_empty()
+            && !schema_drift(schema, target_schema, matching).is_empty()
         {
             reasons.push(format!(
                 "snapshot {} of the staging table was written with schema {schema_id}, which differs \
@@ -731,13 +793,13 @@ mod tests {
             NestedField::required(2, "amount", int()),
             NestedField::optional(3, "note", Type::Primitive(PrimitiveType::String)),
         ]);
-        assert!(schema_drift(&target, &target).is_empty());
+        assert!(schema_drift(&target, &target, Matching::ById).is_empty());
         let staging = schema(vec![
             NestedField::optional(1, "id", int()),
             NestedField::required(2, "amount", Type::Primitive(PrimitiveType::Long)),
             NestedField::optional(4, "extra", int()),
         ]);
-        let drift = schema_drift(&staging, &target);
+        let drift = schema_drift(&staging, &target, Matching::ById);
         assert_eq!(
             drift,
             vec![

@@ -1,6 +1,7 @@
 //! icestage's integration tests, one binary (each test binary links the
 //! whole DataFusion + Iceberg stack).
 
+mod aws;
 mod common;
 mod embedding;
 mod exactly_once;

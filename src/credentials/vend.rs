@@ -1,0 +1,281 @@
+//! `vend_credentials('<id>' [, '<mode>'] [, '<duration>'])`: credentials and
+//! connection properties that reach one upload's staging table and nothing
+//! else.
+//!
+//! * S3 Tables: `sts:AssumeRole` into the configured role with the session
+//!   policy of [`super::policy::s3tables_policy`];
+//! * a SQL catalog whose warehouse is on S3: the same, with an S3 policy on
+//!   the table's prefix ([`super::policy::s3_prefix_policy`]);
+//! * a local warehouse: no credentials are needed, only the connection.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use datafusion::arrow::array::RecordBatch;
+use serde::Serialize;
+
+use super::policy::{AccessMode, pack, s3_prefix_policy, s3tables_policy};
+use super::{MAX_DURATION, MIN_DURATION, VendedCredentials, assume_role};
+use crate::catalog::{CatalogKind, IcebergCatalog};
+use crate::config::{CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, parse_duration};
+use crate::error::{Error, Result};
+use crate::plan::command::{CommandContext, vend_schema};
+use crate::plan::rows::{Value, batch};
+use crate::upload::promote::closed_or_unknown;
+use crate::upload::status::status_of;
+use crate::upload::{Staging, UploadId, UploadState, find_staging};
+
+/// The default lifetime of vended credentials.
+pub(crate) const DEFAULT_DURATION: Duration = Duration::from_secs(3600);
+
+/// Checks a requested lifetime against STS's bounds.
+pub(crate) fn vend_duration(text: Option<&str>) -> Result<Duration> {
+    let Some(text) = text else {
+        return Ok(DEFAULT_DURATION);
+    };
+    let duration = parse_duration(text)?;
+    if !(MIN_DURATION..=MAX_DURATION).contains(&duration) {
+        return Err(Error::invalid(format!(
+            "credentials cannot last '{text}': STS grants between 15m and 12h (the role's maximum session \
+             duration may be lower); the default is 1h"
+        )));
+    }
+    Ok(duration)
+}
+
+#[derive(Serialize)]
+struct TomlConfig {
+    catalogs: Vec<TomlCatalog>,
+}
+
+#[derive(Serialize)]
+struct TomlCatalog {
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    config: BTreeMap<String, String>,
+}
+
+/// What a client needs: PyIceberg-style properties and an icestage catalog file.
+struct Connection {
+    properties: BTreeMap<String, String>,
+    catalog_config: String,
+}
+
+fn connection(
+    catalog: &IcebergCatalog,
+    credentials: Option<&VendedCredentials>,
+) -> Result<Connection> {
+    let aws = catalog.aws();
+    let mut properties = catalog.client_properties().clone();
+    properties.insert("name".to_string(), catalog.name().to_string());
+    let mut config = BTreeMap::new();
+    let kind = match catalog.kind() {
+        CatalogKind::Sql { uri, warehouse } => {
+            config.insert("uri".to_string(), uri.clone());
+            config.insert("warehouse".to_string(), warehouse.clone());
+            CATALOG_TYPE_SQL
+        }
+        CatalogKind::S3Tables {
+            bucket_arn,
+            endpoint_url,
+        } => {
+            config.insert("table_bucket_arn".to_string(), bucket_arn.clone());
+            if let Some(endpoint) = endpoint_url {
+                config.insert("endpoint_url".to_string(), endpoint.clone());
+            }
+            CATALOG_TYPE_S3TABLES
+        }
+    };
+    if let Some(credentials) = credentials {
+        config.insert("region".to_string(), aws.region.clone());
+        if let Some(endpoint) = &aws.s3_endpoint {
+            config.insert("s3.endpoint".to_string(), endpoint.clone());
+        }
+        config.insert(
+            "access_key_id".to_string(),
+            credentials.access_key_id.clone(),
+        );
+        config.insert(
+            "secret_access_key".to_string(),
+            credentials.secret_access_key.expose().to_string(),
+        );
+        config.insert(
+            "session_token".to_string(),
+            credentials.session_token.expose().to_string(),
+        );
+        for prefix in ["s3", "client"] {
+            properties.insert(
+                format!("{prefix}.access-key-id"),
+                credentials.access_key_id.clone(),
+            );
+            properties.insert(
+                format!("{prefix}.secret-access-key"),
+                credentials.secret_access_key.expose().to_string(),
+            );
+            properties.insert(
+                format!("{prefix}.session-token"),
+                credentials.session_token.expose().to_string(),
+            );
+        }
+    }
+    let catalog_config = toml::to_string(&TomlConfig {
+        catalogs: vec![TomlCatalog {
+            name: catalog.name().to_string(),
+            kind: kind.to_string(),
+            config,
+        }],
+    })
+    .map_err(|e| Error::invalid(format!("internal: catalog config: {e}")))?;
+    Ok(Connection {
+        properties,
+        catalog_config,
+    })
+}
+
+/// Splits `s3://bucket/some/prefix` into bucket and prefix.
+fn s3_location(location: &str) -> Option<(&str, &str)> {
+    let rest = location
+        .strip_prefix("s3://")
+        .or_else(|| location.strip_prefix("s3a://"))?;
+    Some(rest.split_once('/').unwrap_or((rest, "")))
+}
+
+/// Credentials for `table` of `catalog` in `mode`, or `None` where no
+/// credentials are needed (a local warehouse).
+async fn credentials_for(
+    catalog: &IcebergCatalog,
+    namespace: &str,
+    table: &str,
+    location: &str,
+    mode: AccessMode,
+    session: &str,
+    duration: Duration,
+) -> Result<Option<VendedCredentials>> {
+    let policy = match catalog.kind() {
+        CatalogKind::S3Tables { bucket_arn, .. } => {
+            s3tables_policy(bucket_arn, namespace, table, mode)
+        }
+        CatalogKind::Sql { .. } => match s3_location(location) {
+            Some((bucket, prefix)) => s3_prefix_policy(bucket, prefix, mode),
+            None => return Ok(None),
+        },
+    };
+    let packed = pack(&policy)?;
+    Ok(Some(
+        assume_role(catalog.aws(), catalog.name(), session, &packed, duration).await?,
+    ))
+}
+
+fn refuse(id: &UploadId, state: UploadState, why: &str) -> Error {
+    Error::UploadState {
+        id: id.to_string(),
+        state: state.to_string(),
+        hint: format!("credentials are vended for open uploads only{why}"),
+    }
+}
+
+/// The live session of `id` in a state that allows `mode`.
+async fn open_session(ctx: &CommandContext, id: &UploadId, mode: AccessMode) -> Result<Staging> {
+    let Some(staging) = find_staging(&ctx.icestage, id).await? else {
+        return Err(match status_of(&ctx.icestage, id).await? {
+            Some(record) => refuse(id, record.state, ""),
+            None => closed_or_unknown(&ctx.icestage, id).await?,
+        });
+    };
+    if staging.is_expired(Utc::now()) {
+        return Err(refuse(
+            id,
+            UploadState::Expired,
+            "; open a new upload with CREATE UPLOAD",
+        ));
+    }
+    match (staging.state, mode) {
+        (UploadState::Open, _) | (UploadState::Failed, AccessMode::Read) => Ok(staging),
+        (UploadState::Failed, AccessMode::Write) => Err(refuse(
+            id,
+            UploadState::Failed,
+            "; a failed upload's staging table can be read ('read' mode) but not written",
+        )),
+        (state, _) => Err(refuse(id, state, "")),
+    }
+}
+
+pub(crate) async fn vend_credentials(
+    ctx: &CommandContext,
+    id: &str,
+    mode: Option<&str>,
+    duration: Option<&str>,
+) -> Result<RecordBatch> {
+    let id = UploadId::parse(id)?;
+    let mode = mode
+        .map(AccessMode::parse)
+        .transpose()?
+        .unwrap_or(AccessMode::Write);
+    let duration = vend_duration(duration)?;
+    let staging = open_session(ctx, &id, mode).await?;
+    let ident = staging.table.identifier();
+    let credentials = credentials_for(
+        &staging.catalog,
+        &ident.namespace().join("."),
+        ident.name(),
+        staging.table.metadata().location(),
+        mode,
+        &format!("icestage-{id}"),
+        duration,
+    )
+    .await?;
+    let connection = connection(&staging.catalog, credentials.as_ref())?;
+    let properties = serde_json::to_string(&connection.properties)
+        .map_err(|e| Error::invalid(format!("internal: connection: {e}")))?;
+    batch(
+        vend_schema(),
+        &[vec![
+            Value::from(id.to_string()),
+            Value::from(mode.as_str()),
+            Value::from(ident.to_string()),
+            Value::from(credentials.as_ref().map(|c| c.access_key_id.clone())),
+            Value::from(
+                credentials
+                    .as_ref()
+                    .map(|c| c.secret_access_key.expose().to_string()),
+            ),
+            Value::from(
+                credentials
+                    .as_ref()
+                    .map(|c| c.session_token.expose().to_string()),
+            ),
+            Value::from(credentials.as_ref().map(|c| c.expiration)),
+            Value::from(staging.catalog.aws().region.clone()),
+            Value::from(properties),
+            Value::from(connection.catalog_config),
+        ]],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_within_sts_bounds() {
+        assert_eq!(vend_duration(None).unwrap(), DEFAULT_DURATION);
+        assert_eq!(
+            vend_duration(Some("2h")).unwrap(),
+            Duration::from_secs(7200)
+        );
+        let err = vend_duration(Some("5m")).unwrap_err().to_string();
+        assert!(err.contains("STS grants between 15m and 12h"), "{err}");
+        assert!(vend_duration(Some("13h")).is_err());
+    }
+
+    #[test]
+    fn s3_locations() {
+        assert_eq!(
+            s3_location("s3://lake/wh/staging/upload_1"),
+            Some(("lake", "wh/staging/upload_1"))
+        );
+        assert_eq!(s3_location("file:///tmp/x"), None);
+    }
+}

@@ -1,0 +1,164 @@
+//! Moving staged rows into the target's storage, for catalogs where the
+//! staging table's storage dies with it (S3 Tables deletes a table's bucket).
+//!
+//! * [`copy_files`] (`path = copy`): when the staging table has the target's
+//!   field ids, each staged Parquet file is copied byte for byte into the
+//!   target's data folder, streamed in 8 MiB ranges (bounded memory; the
+//!   bytes pass through the service, not S3's server-side copy). The copies
+//!   get names derived from the upload id, so a re-run overwrites rather than
+//!   duplicates.
+//! * [`rewrite`] (`path = rewrite`): when the catalog renumbered the staging
+//!   table's field ids (S3 Tables has no way to register metadata), the rows
+//!   are read by column name, batch by batch, and written as new files with
+//!   the target's schema and partition spec.
+//!
+//! Either way the new files are then registered with the same guarded
+//! `fast_append` as the zero-copy path.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::SchemaRef as ArrowSchemaRef;
+use futures::TryStreamExt;
+use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
+use iceberg::spec::{DataFile, DataFileBuilder, DataFileFormat};
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::partitioning::PartitioningWriter;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use parquet::file::properties::WriterProperties;
+
+use super::Staging;
+use crate::error::{Error, Result};
+
+/// Bytes per range request while copying a file.
+const COPY_CHUNK: u64 = 8 * 1024 * 1024;
+
+/// Copies each of `files` into the target's data folder; returns the copies'
+/// data files (same metrics, new paths).
+pub(crate) async fn copy_files(
+    staging: &Staging,
+    target: &Table,
+    files: &[DataFile],
+) -> Result<Vec<DataFile>> {
+    let data = format!(
+        "{}/data",
+        target.metadata().location().trim_end_matches('/')
+    );
+    let spec_id = target.metadata().default_partition_spec_id();
+    let mut copies = Vec::with_capacity(files.len());
+    for (n, file) in files.iter().enumerate() {
+        let to = format!("{data}/icestage-{}-{n:05}.parquet", staging.id);
+        let reader = staging
+            .table
+            .file_io()
+            .new_input(file.file_path())?
+            .reader()
+            .await?;
+        let mut writer = target.file_io().new_output(&to)?.writer().await?;
+        let size = file.file_size_in_bytes();
+        let mut offset = 0;
+        while offset < size {
+            let end = (offset + COPY_CHUNK).min(size);
+            writer.write(reader.read(offset..end).await?).await?;
+            offset = end;
+        }
+        writer.close().await?;
+        let mut builder = DataFileBuilder::default();
+        if let Some(order) = file.sort_order_id() {
+            builder.sort_order_id(order);
+        }
+        copies.push(
+            builder
+                .content(file.content_type())
+                .file_path(to)
+                .file_format(file.file_format())
+                .partition(file.partition().clone())
+                .record_count(file.record_count())
+                .file_size_in_bytes(size)
+                .column_sizes(file.column_sizes().clone())
+                .value_counts(file.value_counts().clone())
+                .null_value_counts(file.null_value_counts().clone())
+                .nan_value_counts(file.nan_value_counts().clone())
+                .lower_bounds(file.lower_bounds().clone())
+                .upper_bounds(file.upper_bounds().clone())
+                .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
+                .partition_spec_id(spec_id)
+                .build()
+                .map_err(|e| Error::invalid(format!("internal: copied data file: {e}")))?,
+        );
+    }
+    Ok(copies)
+}
+
+/// `batch` (columns named as the target's) with the target's Arrow types
+/// and field ids.
+fn conform(batch: &RecordBatch, schema: &ArrowSchemaRef) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            let column = batch.column_by_name(field.name()).ok_or_else(|| {
+                Error::invalid(format!(
+                    "the staging table has no column '{}'",
+                    field.name()
+                ))
+            })?;
+            Ok(cast(column, field.data_type())?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+/// Reads the staged rows by column name and writes them as new files of the
+/// target (its schema, field ids and partition spec).
+pub(crate) async fn rewrite(staging: &Staging, target: &Table) -> Result<Vec<DataFile>> {
+    let metadata = target.metadata();
+    let schema = metadata.current_schema();
+    let arrow: ArrowSchemaRef = Arc::new(schema_to_arrow_schema(schema)?);
+    let names: Vec<String> = arrow.fields().iter().map(|f| f.name().clone()).collect();
+    let mut rows = staging
+        .table
+        .scan()
+        .select(names.iter().map(String::as_str))
+        .build()?
+        .to_arrow()
+        .await?;
+    let files = RollingFileWriterBuilder::new_with_default_file_size(
+        ParquetWriterBuilder::new(WriterProperties::default(), Arc::clone(schema)),
+        target.file_io().clone(),
+        DefaultLocationGenerator::new(metadata)?,
+        DefaultFileNameGenerator::new(
+            format!("icestage-{}", staging.id),
+            None,
+            DataFileFormat::Parquet,
+        ),
+    );
+    let builder = DataFileWriterBuilder::new(files);
+    let spec = metadata.default_partition_spec();
+    if spec.is_unpartitioned() {
+        let mut writer = builder.build(None).await?;
+        while let Some(batch) = rows.try_next().await? {
+            writer.write(conform(&batch, &arrow)?).await?;
+        }
+        return Ok(writer.close().await?);
+    }
+    let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
+        Arc::clone(schema),
+        Arc::clone(spec),
+    )?;
+    let mut writer = FanoutWriter::new(builder);
+    while let Some(batch) = rows.try_next().await? {
+        for (key, part) in splitter.split(&conform(&batch, &arrow)?)? {
+            writer.write(key, part).await?;
+        }
+    }
+    Ok(writer.close().await?)
+}

@@ -1,0 +1,30 @@
+"""Small AWS set-up steps for the tests, against an emulator endpoint.
+
+    aws_setup.py create-bucket ENDPOINT BUCKET
+    aws_setup.py create-table-bucket ENDPOINT NAME    (prints its ARN)
+"""
+
+import sys
+
+import boto3
+
+
+def client(service, endpoint):
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="AKIASERVICEIDENTITY",
+        aws_secret_access_key="service-secret-never-printed",
+    )
+
+
+if __name__ == "__main__":
+    command, endpoint, *args = sys.argv[1:]
+    if command == "create-bucket":
+        client("s3", endpoint).create_bucket(Bucket=args[0])
+        print(f"created {args[0]}")
+    elif command == "create-table-bucket":
+        print(client("s3tables", endpoint).create_table_bucket(name=args[0])["arn"])
+    else:
+        sys.exit(f"unknown command {command}")
