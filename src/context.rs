@@ -147,6 +147,7 @@ pub async fn register(ctx: &SessionContext, config: IcestageConfig) -> Result<Ar
         );
     }
     functions::register_all(ctx);
+    ctx.register_relation_planner(Arc::new(crate::ingest::functions::PrefixRelationPlanner))?;
     let state_ref = ctx.state_ref();
     let mut state = state_ref.write();
     let mut next = SessionStateBuilder::new_from_existing(state.clone())

@@ -8,7 +8,9 @@ mod context;
 mod credentials;
 mod error;
 mod functions;
+mod ingest;
 mod plan;
+mod progress;
 pub mod sql;
 mod upload;
 
@@ -20,6 +22,8 @@ pub use config::{
 pub use context::{Icestage, execute_statement, register, sql};
 pub use credentials::{AccessMode, Secret};
 pub use error::{Error, Result, error_message};
+pub use ingest::{Compression, Format, SourceOptions};
+pub use progress::{Progress, ProgressSink};
 pub use upload::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
 pub use upload::{
     PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID,

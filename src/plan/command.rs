@@ -60,6 +60,13 @@ pub(crate) enum Command {
     },
     /// `table_constraints('<table>')`
     ListConstraints { catalog: String, table: TableIdent },
+    /// `COPY INTO <table> FROM '<uri>' [WITH (...)]`
+    CopyInto {
+        catalog: String,
+        table: TableIdent,
+        uri: String,
+        options: Vec<(String, String)>,
+    },
     /// `ABORT UPLOAD '<id>'`
     AbortUpload { id: String },
     /// `EXPIRE STAGING`
@@ -104,6 +111,18 @@ pub(crate) struct CommandContext {
 }
 
 impl CommandContext {
+    /// Where long commands report progress.
+    pub(crate) fn progress(&self) -> Arc<dyn crate::progress::Progress> {
+        match self
+            .task
+            .session_config()
+            .get_extension::<crate::progress::ProgressSink>()
+        {
+            Some(sink) => Arc::clone(&sink.0),
+            None => Arc::new(crate::progress::NoProgress),
+        }
+    }
+
     pub(crate) fn new(task: Arc<TaskContext>) -> Result<Self> {
         let config = task.session_config();
         Ok(Self {
@@ -189,6 +208,38 @@ pub(crate) fn vend_schema() -> SchemaRef {
     ]))
 }
 
+/// The options `COPY INTO` takes.
+pub(crate) const COPY_OPTIONS: &[&str] = &[
+    "format",
+    "files",
+    "all_files",
+    "header",
+    "delimiter",
+    "schema",
+    "region",
+    "endpoint",
+    "sts_endpoint",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "role_arn",
+    "external_id",
+    "force",
+];
+
+/// The columns of `COPY INTO`.
+pub(crate) fn copy_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("files_loaded", DataType::Int64, false),
+        Field::new("files_skipped", DataType::Int64, false),
+        Field::new("files_changed", DataType::Int64, false),
+        Field::new("rows", DataType::Int64, false),
+        int64("snapshot_id"),
+        utf8("table_created", false),
+        utf8("message", false),
+    ]))
+}
+
 /// The columns of `table_constraints(table)`.
 pub(crate) fn constraints_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -245,6 +296,7 @@ impl Command {
             Command::AddConstraint { .. } => "AddConstraint",
             Command::DropConstraint { .. } => "DropConstraint",
             Command::ListConstraints { .. } => "ListConstraints",
+            Command::CopyInto { .. } => "CopyInto",
             Command::AbortUpload { .. } => "AbortUpload",
             Command::ExpireStaging => "ExpireStaging",
             Command::UploadStatus { .. } => "UploadStatus",
@@ -269,6 +321,7 @@ impl Command {
             Command::UploadFindings { .. } => findings_schema(),
             Command::VendCredentials { .. } => vend_schema(),
             Command::ListConstraints { .. } => constraints_schema(),
+            Command::CopyInto { .. } => copy_schema(),
             Command::AddConstraint { .. } | Command::DropConstraint { .. } => {
                 Arc::new(Schema::empty())
             }
@@ -323,6 +376,16 @@ impl Command {
             }
             Command::ListConstraints { catalog, table } => {
                 upload::rules::list_constraints(&ctx, catalog, table).await?
+            }
+            Command::CopyInto {
+                catalog,
+                table,
+                uri,
+                options,
+            } => {
+                let options =
+                    crate::ingest::SourceOptions::from_pairs("COPY INTO", options, COPY_OPTIONS)?;
+                crate::ingest::copy_into::copy_into(&ctx, catalog, table, uri, &options).await?
             }
             Command::AbortUpload { id } => upload::abort::abort_upload(&ctx, id).await?,
             Command::ExpireStaging => upload::expire::expire_staging(&ctx).await?,
@@ -404,6 +467,23 @@ impl fmt::Display for Command {
             ),
             Command::ListConstraints { catalog, table } => {
                 write!(f, "ListConstraints: {catalog}.{table}")
+            }
+            Command::CopyInto {
+                catalog,
+                table,
+                uri,
+                options,
+            } => {
+                write!(f, "CopyInto: {catalog}.{table} from {uri}")?;
+                for (key, value) in options {
+                    let shown = if crate::credentials::is_secret_key(key) {
+                        "***"
+                    } else {
+                        value
+                    };
+                    write!(f, ", {key}={shown}")?;
+                }
+                Ok(())
             }
             Command::AbortUpload { id } => write!(f, "AbortUpload: upload={id}"),
             Command::ExpireStaging => write!(f, "ExpireStaging"),

@@ -88,6 +88,20 @@ async fn plan_statement(
             })
         }
         Statement::AbortUpload(abort) => command_plan(Command::AbortUpload { id: abort.id }),
+        Statement::CopyInto {
+            table,
+            uri,
+            options,
+        } => {
+            crate::ingest::SourceOptions::from_pairs("COPY INTO", &options, command::COPY_OPTIONS)?;
+            let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
+            command_plan(Command::CopyInto {
+                catalog: catalog.name().to_string(),
+                table,
+                uri,
+                options,
+            })
+        }
         Statement::ExpireStaging => command_plan(Command::ExpireStaging),
         Statement::CreateNamespace {
             name,

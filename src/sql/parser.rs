@@ -28,6 +28,15 @@ pub enum Statement {
     AbortUpload(UploadStatement),
     /// `EXPIRE STAGING`
     ExpireStaging,
+    /// `COPY INTO <table> FROM '<uri>' [WITH (...)]`
+    CopyInto {
+        /// The table to load.
+        table: ObjectName,
+        /// The source URI.
+        uri: String,
+        /// `WITH` options.
+        options: Vec<(String, String)>,
+    },
     /// `CREATE NAMESPACE [IF NOT EXISTS] <name>`
     CreateNamespace {
         /// The namespace.
@@ -91,6 +100,25 @@ impl fmt::Display for Statement {
             }
             Statement::AbortUpload(s) => write!(f, "ABORT UPLOAD '{}'", s.id),
             Statement::ExpireStaging => write!(f, "EXPIRE STAGING"),
+            Statement::CopyInto {
+                table,
+                uri,
+                options,
+            } => {
+                write!(f, "COPY INTO {table} FROM '{}'", uri.replace('\'', "''"))?;
+                let shown: Vec<(String, String)> = options
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = if crate::credentials::is_secret_key(k) {
+                            "***".to_string()
+                        } else {
+                            v.clone()
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect();
+                fmt_options(f, &shown)
+            }
             Statement::CreateNamespace {
                 name,
                 if_not_exists,
@@ -113,6 +141,7 @@ enum Head {
     AbortUpload,
     ExpireStaging,
     CreateNamespace,
+    CopyInto,
     Explain,
     Other,
 }
@@ -186,6 +215,7 @@ impl<'a> IcestageParser<'a> {
             ("ABORT", "UPLOAD") => Head::AbortUpload,
             ("EXPIRE", _) => Head::ExpireStaging,
             ("CREATE", "NAMESPACE") => Head::CreateNamespace,
+            ("COPY", "INTO") => Head::CopyInto,
             ("EXPLAIN", _) => Head::Explain,
             _ => Head::Other,
         }
@@ -239,6 +269,29 @@ impl<'a> IcestageParser<'a> {
                 Ok(Statement::CreateNamespace {
                     name,
                     if_not_exists,
+                })
+            }
+            Head::CopyInto => {
+                let usage = "COPY INTO <namespace>.<table> FROM 's3://bucket/prefix/' [WITH (<option> = <value>, ...)]";
+                self.expect_words(&["COPY", "INTO"], usage)?;
+                let table = self
+                    .df
+                    .parser
+                    .parse_object_name(false)
+                    .map_err(|_| self.usage(usage))?;
+                self.expect_words(&["FROM"], usage)?;
+                let uri = match self.df.parser.next_token().token {
+                    Token::SingleQuotedString(s) => s,
+                    _ => {
+                        self.df.parser.prev_token();
+                        return Err(self.usage(usage));
+                    }
+                };
+                let options = self.parse_with_options()?;
+                Ok(Statement::CopyInto {
+                    table,
+                    uri,
+                    options,
                 })
             }
             Head::Explain => {
@@ -371,6 +424,7 @@ mod tests {
             "EXPIRE STAGING",
             "CREATE NAMESPACE IF NOT EXISTS payments",
             "EXPLAIN PROMOTE UPLOAD 'abc'",
+            "COPY INTO raw.events FROM 's3://b/in/' WITH (format = 'csv', all_files = 'true')",
         ] {
             assert_eq!(one(sql).to_string(), sql);
         }

@@ -394,16 +394,7 @@ pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<St
 
 /// The target snapshot that promoted `id`, if any (the exactly-once evidence).
 pub(crate) fn promoted_snapshot(target: &Table, id: &UploadId) -> Option<i64> {
-    target
-        .metadata()
-        .snapshots()
-        .find(|s| {
-            s.summary()
-                .additional_properties
-                .get(SNAPSHOT_UPLOAD_ID)
-                .is_some_and(|v| v == id.as_str())
-        })
-        .map(|s| s.snapshot_id())
+    crate::catalog::commit::snapshot_with(target, SNAPSHOT_UPLOAD_ID, id.as_str())
 }
 
 /// A named point in a promotion where a test can stop the process:

@@ -19,22 +19,16 @@
 //!    purging (its data files now belong to the target) and delete its
 //!    metadata files.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use chrono::Utc;
 use datafusion::arrow::array::RecordBatch;
-use iceberg::spec::DataFile;
 use iceberg::table::Table;
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use super::validate::{Matching, Validation, schema_drift, validate};
 use super::{
     SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
     findings, is_missing, log, promoted_snapshot, transfer,
 };
-use crate::catalog::provider::jitter;
-use crate::catalog::scoped::{LoadCheck, ScopedCatalog};
+use crate::catalog::commit::append_once;
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, promote_schema};
@@ -228,7 +222,14 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
         _ => transfer::rewrite(&staging, &target).await?,
     };
     let files = data_files.len() as i64;
-    let (snapshot_id, committed_here) = commit(&staging, &target, data_files).await?;
+    let (snapshot_id, committed_here) = append_once(
+        staging.catalog.catalog(),
+        &target,
+        data_files,
+        SNAPSHOT_UPLOAD_ID,
+        id.as_str(),
+    )
+    .await?;
     failpoint("promote.after-commit");
     finish(
         &staging,
@@ -388,70 +389,6 @@ fn snapshot_counts(table: &Table, snapshot_id: i64) -> (i64, i64) {
     let count = |key: &str| summary.get(key).and_then(|v| v.parse().ok()).unwrap_or(0);
     (count("added-records"), count("added-data-files"))
 }
-
-/// Commits `files` into the target with `upload-id=<id>`; returns the
-/// snapshot that holds them and whether this call committed it.
-async fn commit(staging: &Staging, target: &Table, files: Vec<DataFile>) -> Result<(i64, bool)> {
-    let id = staging.id.clone();
-    let evidence = id.clone();
-    let check: LoadCheck =
-        Arc::new(
-            move |table: &Table| match promoted_snapshot(table, &evidence) {
-                Some(_) => Err(iceberg::Error::new(
-                    iceberg::ErrorKind::DataInvalid,
-                    ALREADY_PROMOTED,
-                )),
-                None => Ok(()),
-            },
-        );
-    let inner = Arc::clone(staging.catalog.catalog());
-    let guarded = ScopedCatalog::new(Arc::clone(&inner)).check_on_load(check);
-    let mut base = target.clone();
-    let mut attempt = 0u32;
-    loop {
-        let tx = Transaction::new(&base);
-        let tx = tx
-            .fast_append()
-            // The evidence check replaces the duplicate-file check, which
-            // reads every manifest of the target on each attempt.
-            .with_check_duplicate(false)
-            .set_snapshot_properties(HashMap::from([(
-                SNAPSHOT_UPLOAD_ID.to_string(),
-                id.to_string(),
-            )]))
-            .add_data_files(files.clone())
-            .apply(tx)?;
-        let result = tx.commit(&guarded).await;
-        // Whatever the answer (including a lost one), the target now tells
-        // whether the rows are in.
-        let current = inner.load_table(&staging.target).await?;
-        if let Some(snapshot_id) = promoted_snapshot(&current, &id) {
-            let committed_here =
-                matches!(&result, Ok(table) if promoted_snapshot(table, &id) == Some(snapshot_id));
-            return Ok((snapshot_id, committed_here));
-        }
-        match result {
-            Ok(_) => {
-                return Err(Error::invalid(format!(
-                    "internal: the commit of upload '{id}' succeeded but {} holds no snapshot with {SNAPSHOT_UPLOAD_ID}={id}",
-                    staging.target
-                )));
-            }
-            Err(e)
-                if attempt < 8
-                    && (e.retryable()
-                        || e.kind() == iceberg::ErrorKind::CatalogCommitConflicts) =>
-            {
-                attempt += 1;
-                tokio::time::sleep(jitter(attempt)).await;
-                base = current;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-const ALREADY_PROMOTED: &str = "upload already promoted into this table";
 
 /// Records the promotion and removes the staging table: without its data
 /// files when the target now references them (`keep_data`), else purged.

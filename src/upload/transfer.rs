@@ -120,26 +120,41 @@ fn conform(batch: &RecordBatch, schema: &ArrowSchemaRef) -> Result<RecordBatch> 
 /// Reads the staged rows by column name and writes them as new files of the
 /// target (its schema, field ids and partition spec).
 pub(crate) async fn rewrite(staging: &Staging, target: &Table) -> Result<Vec<DataFile>> {
-    let metadata = target.metadata();
-    let schema = metadata.current_schema();
-    let arrow: ArrowSchemaRef = Arc::new(schema_to_arrow_schema(schema)?);
-    let names: Vec<String> = arrow.fields().iter().map(|f| f.name().clone()).collect();
-    let mut rows = staging
+    let names: Vec<String> = target
+        .metadata()
+        .current_schema()
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.clone())
+        .collect();
+    let rows = staging
         .table
         .scan()
         .select(names.iter().map(String::as_str))
         .build()?
         .to_arrow()
-        .await?;
+        .await?
+        .map_err(Error::from);
+    write_rows(target, &format!("icestage-{}", staging.id), rows).await
+}
+
+/// Writes `rows` (columns named as the target's; types are cast) as new
+/// Parquet files of `target`, split by its partition spec, streaming.
+/// Returns the data files, not yet committed.
+pub(crate) async fn write_rows(
+    target: &Table,
+    file_prefix: &str,
+    mut rows: impl futures::Stream<Item = Result<RecordBatch>> + Unpin,
+) -> Result<Vec<DataFile>> {
+    let metadata = target.metadata();
+    let schema = metadata.current_schema();
+    let arrow: ArrowSchemaRef = Arc::new(schema_to_arrow_schema(schema)?);
     let files = RollingFileWriterBuilder::new_with_default_file_size(
         ParquetWriterBuilder::new(WriterProperties::default(), Arc::clone(schema)),
         target.file_io().clone(),
         DefaultLocationGenerator::new(metadata)?,
-        DefaultFileNameGenerator::new(
-            format!("icestage-{}", staging.id),
-            None,
-            DataFileFormat::Parquet,
-        ),
+        DefaultFileNameGenerator::new(file_prefix.to_string(), None, DataFileFormat::Parquet),
     );
     let builder = DataFileWriterBuilder::new(files);
     let spec = metadata.default_partition_spec();

@@ -5,6 +5,7 @@ mod aws;
 mod common;
 mod embedding;
 mod exactly_once;
+mod ingest;
 mod pyiceberg;
 mod shell;
 mod slt;

@@ -1,16 +1,20 @@
 //! `icestage`: an interactive SQL shell over Iceberg catalogs with icestage's
 //! statements, built on datafusion-cli's printing.
 
+mod progress;
 mod shell;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use datafusion::prelude::SessionContext;
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_cli::print_format::PrintFormat;
 use datafusion_cli::print_options::MaxRows;
-use icestage::IcestageConfig;
+use icestage::{IcestageConfig, ProgressSink};
 
 use crate::shell::Shell;
 
@@ -86,7 +90,14 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
         Some(path) => IcestageConfig::from_toml_file(path)?,
         None => IcestageConfig::embedded(&args.warehouse)?,
     };
-    let ctx = SessionContext::new();
+    // A progress bar for long loads, only where someone watches.
+    let mut session = SessionConfig::new();
+    if std::io::stderr().is_terminal() {
+        session = session.with_extension(Arc::new(ProgressSink::new(Arc::new(
+            progress::Bar::default(),
+        ))));
+    }
+    let ctx = SessionContext::new_with_config(session);
     icestage::register(&ctx, config).await?;
     let interactive = args.commands.is_empty() && args.files.is_empty();
     let mut shell = Shell::new(ctx, args.format.into(), args.quiet, args.maxrows);

@@ -1,0 +1,16 @@
+//! Prefix ingestion: files that already sit under an S3 prefix (or a local
+//! folder), read as a table (`read_s3_prefix`) or landed as an Iceberg table
+//! (`COPY INTO`), never by guesswork: a prefix with more than one candidate
+//! file is refused unless files are pinned or all are opted into.
+//!
+//! [`source`] finds the files (credentials, listing, the guard), [`read`]
+//! reads them (format, compression, schema), [`functions`] plans the table
+//! functions, [`copy_into`] lands them exactly once per file.
+
+pub(crate) mod copy_into;
+pub(crate) mod functions;
+pub(crate) mod options;
+pub(crate) mod read;
+pub(crate) mod source;
+
+pub use options::{Compression, Format, SourceOptions};

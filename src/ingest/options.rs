@@ -1,0 +1,302 @@
+//! Options of the prefix functions and `COPY INTO`, and the file formats
+//! and compressions a file name announces.
+
+use std::fmt;
+
+use crate::credentials::Secret;
+use crate::error::{Error, Result};
+
+/// A file format icestage reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Format {
+    /// Comma (or other) separated values.
+    Csv,
+    /// Apache Parquet.
+    Parquet,
+    /// Newline-delimited JSON.
+    Json,
+    /// Apache Avro.
+    Avro,
+}
+
+impl Format {
+    pub(crate) fn parse(text: &str) -> Result<Self> {
+        match text.to_ascii_lowercase().as_str() {
+            "csv" | "tsv" => Ok(Self::Csv),
+            "parquet" => Ok(Self::Parquet),
+            "json" | "ndjson" | "jsonl" => Ok(Self::Json),
+            "avro" => Ok(Self::Avro),
+            other => Err(Error::invalid(format!(
+                "'{other}' is not a file format icestage reads: use csv, parquet, json (newline-delimited) or avro"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Csv => "csv",
+            Self::Parquet => "parquet",
+            Self::Json => "json",
+            Self::Avro => "avro",
+        })
+    }
+}
+
+/// A whole-file compression, announced by the file name's last suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Compression {
+    /// None.
+    None,
+    /// `.gz`
+    Gzip,
+    /// `.bz2`
+    Bzip2,
+    /// `.xz`
+    Xz,
+    /// `.zst`
+    Zstd,
+    /// `.snappy` (framed or Hadoop block format)
+    Snappy,
+}
+
+/// What a file name says about its content: format (if known) and compression.
+pub(crate) fn classify(name: &str) -> (Option<Format>, Compression) {
+    let lower = name.to_ascii_lowercase();
+    let (stem, compression) = [
+        (".gz", Compression::Gzip),
+        (".gzip", Compression::Gzip),
+        (".bz2", Compression::Bzip2),
+        (".xz", Compression::Xz),
+        (".zst", Compression::Zstd),
+        (".zstd", Compression::Zstd),
+        (".snappy", Compression::Snappy),
+        (".sz", Compression::Snappy),
+    ]
+    .iter()
+    .find_map(|(suffix, c)| {
+        lower
+            .strip_suffix(suffix)
+            .map(|stem| (stem.to_string(), *c))
+    })
+    .unwrap_or((lower.clone(), Compression::None));
+    let format = stem.rsplit_once('.').and_then(|(_, ext)| match ext {
+        "csv" | "tsv" | "txt" => Some(Format::Csv),
+        "parquet" | "pq" => Some(Format::Parquet),
+        "json" | "jsonl" | "ndjson" => Some(Format::Json),
+        "avro" => Some(Format::Avro),
+        _ => None,
+    });
+    (format, compression)
+}
+
+/// Options of `read_s3_prefix`, `infer_s3_schema`, `list_s3` and `COPY INTO`.
+#[derive(Debug, Clone, Default)]
+pub struct SourceOptions {
+    /// The file format; inferred from file names when they agree.
+    pub format: Option<Format>,
+    /// Keys (relative to the prefix, or full) to read; pins the selection.
+    pub files: Vec<String>,
+    /// Read every file under the prefix.
+    pub all_files: bool,
+    /// CSV: the first line holds column names (default true).
+    pub header: Option<bool>,
+    /// CSV: the field delimiter (default `,`, or tab for `.tsv`).
+    pub delimiter: Option<u8>,
+    /// The columns, as SQL (`id BIGINT, name VARCHAR`), instead of inferring.
+    pub schema: Option<String>,
+    /// AWS region.
+    pub region: Option<String>,
+    /// S3 endpoint (an emulator, or another S3-compatible store).
+    pub endpoint: Option<String>,
+    /// STS endpoint for `role_arn`; defaults to `endpoint` when that is set.
+    pub sts_endpoint: Option<String>,
+    /// Explicit access key id.
+    pub access_key_id: Option<String>,
+    /// Explicit secret access key.
+    pub secret_access_key: Option<Secret>,
+    /// Explicit session token.
+    pub session_token: Option<Secret>,
+    /// Role to assume (cross-account).
+    pub role_arn: Option<String>,
+    /// External id to pass when assuming `role_arn`.
+    pub external_id: Option<String>,
+    /// `COPY INTO`: load every selected file again, even those loaded before.
+    pub force: bool,
+}
+
+/// The option names `read_s3_prefix` and `infer_s3_schema` take.
+pub(crate) const READ_OPTIONS: &[&str] = &[
+    "format",
+    "files",
+    "all_files",
+    "header",
+    "delimiter",
+    "schema",
+    "region",
+    "endpoint",
+    "sts_endpoint",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "role_arn",
+    "external_id",
+];
+
+/// The option names that only reach AWS.
+pub(crate) const AWS_OPTIONS: &[&str] = &[
+    "region",
+    "endpoint",
+    "sts_endpoint",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "role_arn",
+    "external_id",
+];
+
+fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(Error::invalid(format!(
+            "option {name} = '{value}' is not a boolean: write {name} => true or false"
+        ))),
+    }
+}
+
+impl SourceOptions {
+    /// Reads `name = value` pairs; `accepted` lists the names `what` takes.
+    pub(crate) fn from_pairs(
+        what: &str,
+        pairs: &[(String, String)],
+        accepted: &[&str],
+    ) -> Result<Self> {
+        let mut options = Self::default();
+        for (name, value) in pairs {
+            let name = name.to_ascii_lowercase();
+            if !accepted.contains(&name.as_str()) {
+                return Err(Error::invalid(format!(
+                    "{what} has no option '{name}': valid options are {}",
+                    accepted.join(", ")
+                )));
+            }
+            let text = || (!value.is_empty()).then(|| value.clone());
+            match name.as_str() {
+                "format" => options.format = Some(Format::parse(value)?),
+                "files" => {
+                    options.files = value
+                        .split(',')
+                        .map(|f| f.trim().to_string())
+                        .filter(|f| !f.is_empty())
+                        .collect()
+                }
+                "all_files" => options.all_files = parse_bool(&name, value)?,
+                "header" => options.header = Some(parse_bool(&name, value)?),
+                "delimiter" => {
+                    let bytes = value.as_bytes();
+                    options.delimiter = Some(match (value.as_str(), bytes.len()) {
+                        ("\\t" | "tab", _) => b'\t',
+                        (_, 1) => bytes[0],
+                        _ => {
+                            return Err(Error::invalid(format!(
+                                "delimiter '{value}' must be one character, e.g. ',' or '|' or '\\t'"
+                            )));
+                        }
+                    })
+                }
+                "schema" => options.schema = text(),
+                "region" => options.region = text(),
+                "endpoint" => options.endpoint = text(),
+                "sts_endpoint" => options.sts_endpoint = text(),
+                "access_key_id" => options.access_key_id = text(),
+                "secret_access_key" => options.secret_access_key = text().map(Secret::new),
+                "session_token" => options.session_token = text().map(Secret::new),
+                "role_arn" => options.role_arn = text(),
+                "external_id" => options.external_id = text(),
+                "force" => options.force = parse_bool(&name, value)?,
+                _ => unreachable!("checked against accepted"),
+            }
+        }
+        if options.access_key_id.is_some() != options.secret_access_key.is_some() {
+            return Err(Error::invalid(format!(
+                "{what}: give access_key_id and secret_access_key together (or neither, for a role \
+                 or the default credential chain)"
+            )));
+        }
+        Ok(options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_announce_format_and_compression() {
+        assert_eq!(classify("in/a.csv"), (Some(Format::Csv), Compression::None));
+        assert_eq!(
+            classify("in/a.CSV.gz"),
+            (Some(Format::Csv), Compression::Gzip)
+        );
+        assert_eq!(
+            classify("b.jsonl.zst"),
+            (Some(Format::Json), Compression::Zstd)
+        );
+        assert_eq!(
+            classify("c.ndjson.bz2"),
+            (Some(Format::Json), Compression::Bzip2)
+        );
+        assert_eq!(
+            classify("d.csv.snappy"),
+            (Some(Format::Csv), Compression::Snappy)
+        );
+        assert_eq!(
+            classify("e.parquet"),
+            (Some(Format::Parquet), Compression::None)
+        );
+        assert_eq!(classify("f.avro"), (Some(Format::Avro), Compression::None));
+        assert_eq!(classify("g.xz"), (None, Compression::Xz));
+        assert_eq!(classify("README"), (None, Compression::None));
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let options = SourceOptions::from_pairs(
+            "read_s3_prefix",
+            &pairs(&[
+                ("format", "csv"),
+                ("files", "a.csv, b.csv"),
+                ("delimiter", "|"),
+            ]),
+            READ_OPTIONS,
+        )
+        .unwrap();
+        assert_eq!(options.files, vec!["a.csv", "b.csv"]);
+        assert_eq!(options.delimiter, Some(b'|'));
+        let err =
+            SourceOptions::from_pairs("read_s3_prefix", &pairs(&[("fromat", "csv")]), READ_OPTIONS)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.starts_with(
+                "read_s3_prefix has no option 'fromat': valid options are format, files"
+            ),
+            "{err}"
+        );
+        let err =
+            SourceOptions::from_pairs("x", &pairs(&[("access_key_id", "AKIA")]), READ_OPTIONS)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("give access_key_id and secret_access_key together"),
+            "{err}"
+        );
+    }
+}
