@@ -21,6 +21,10 @@ extensions_options! {
         /// How long a new upload stays open before `EXPIRE STAGING` removes it,
         /// e.g. `30m`, `24h`, `7d`. `CREATE UPLOAD ... WITH (ttl = ...)` overrides it.
         pub upload_ttl: Ttl, default = Ttl::default()
+
+        /// How long a new download stays before `EXPIRE STAGING` removes it.
+        /// `CREATE DOWNLOAD ... WITH (ttl = ...)` overrides it.
+        pub download_ttl: Ttl, default = Ttl::default()
     }
 }
 

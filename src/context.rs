@@ -24,6 +24,9 @@ use crate::sql::parser::{IcestageParser, Statement};
 pub struct Icestage {
     catalogs: Vec<Arc<IcebergCatalog>>,
     default_catalog: usize,
+    /// Work this process started in the background (downloads being
+    /// filled), so that a front end can wait for it before exiting.
+    background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Icestage {
@@ -55,7 +58,30 @@ impl Icestage {
         Ok(Self {
             catalogs,
             default_catalog,
+            background: Default::default(),
         })
+    }
+
+    /// Keeps `task` so that [`Icestage::finish_background_work`] waits for it.
+    pub(crate) fn keep_background(&self, task: tokio::task::JoinHandle<()>) {
+        let mut tasks = self.background.lock().expect("background tasks");
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+    }
+
+    /// Waits for the background work this process started (downloads being
+    /// filled). A front end calls it before it exits; the catalog would
+    /// otherwise see those downloads abandoned once their lease runs out.
+    pub async fn finish_background_work(&self) {
+        let tasks: Vec<_> = self
+            .background
+            .lock()
+            .expect("background tasks")
+            .drain(..)
+            .collect();
+        for task in tasks {
+            let _ = task.await;
+        }
     }
 
     /// Every configured catalog.

@@ -53,6 +53,17 @@ pub enum Error {
         hint: String,
     },
 
+    /// The download cannot serve the request in its state.
+    #[error("download '{id}' is {state}: {hint}")]
+    DownloadState {
+        /// Download id.
+        id: String,
+        /// Its current state.
+        state: String,
+        /// What the user can do.
+        hint: String,
+    },
+
     /// Validation of the staged rows failed; the target was not touched.
     #[error(
         "upload '{id}' failed validation against {target}, the target is unchanged: {}; \

@@ -6,6 +6,7 @@ mod catalog;
 mod config;
 mod context;
 mod credentials;
+mod download;
 mod error;
 mod functions;
 mod ingest;
@@ -21,6 +22,7 @@ pub use config::{
 };
 pub use context::{Icestage, execute_statement, register, sql};
 pub use credentials::{AccessMode, Secret};
+pub use download::{DownloadId, DownloadState};
 pub use error::{Error, Result, error_message};
 pub use ingest::{Compression, Format, SourceOptions};
 pub use progress::{Progress, ProgressSink};

@@ -14,7 +14,7 @@ CREATE UPLOAD FOR payments.transactions \gset
 -- Credentials that reach this one staging table (sts:AssumeRole with a
 -- session policy); the secret columns are left out of this printout.
 -- catalog_config holds a catalog file a client can use as is.
-SELECT upload_id, mode, table_name, access_key_id, expiration, region
+SELECT id, mode, table_name, access_key_id, expiration, region
 FROM vend_credentials(:'upload_id', 'write', '1h');
 
 -- A client holding only those credentials appends; here the service's own

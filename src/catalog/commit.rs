@@ -99,3 +99,57 @@ pub(crate) async fn append_once(
         }
     }
 }
+
+/// Where a compare-and-swap on a table's properties stands.
+#[derive(Debug)]
+pub(crate) enum Swap {
+    /// Committed: the table as it is now.
+    Done(Table),
+    /// The condition did not hold when the commit was attempted; the value
+    /// of the `state` property found instead.
+    Refused(String),
+}
+
+const CONDITION_FAILED: &str = "the table changed concurrently: state is now ";
+
+/// Sets `properties` on `table`, but only if `accept` approves the table's
+/// properties as they are when the commit is attempted: the check runs again
+/// on every retry, so two processes racing for one transition cannot both
+/// win. `state_key` names the property reported when the check refuses.
+pub(crate) async fn swap_properties(
+    catalog: &Arc<dyn Catalog>,
+    table: &Table,
+    state_key: &'static str,
+    accept: impl Fn(&HashMap<String, String>) -> bool + Send + Sync + 'static,
+    properties: HashMap<String, String>,
+) -> Result<Swap> {
+    let check: LoadCheck = Arc::new(move |table: &Table| {
+        let props = table.metadata().properties();
+        if accept(props) {
+            Ok(())
+        } else {
+            let now = props
+                .get(state_key)
+                .cloned()
+                .unwrap_or_else(|| "unknown".to_string());
+            Err(iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("{CONDITION_FAILED}{now}"),
+            ))
+        }
+    });
+    let guarded = ScopedCatalog::new(Arc::clone(catalog)).check_on_load(check);
+    let tx = Transaction::new(table);
+    let mut action = tx.update_table_properties();
+    for (key, value) in properties {
+        action = action.set(key, value);
+    }
+    let tx = action.apply(tx)?;
+    match tx.commit(&guarded).await {
+        Ok(table) => Ok(Swap::Done(table)),
+        Err(e) if e.message().starts_with(CONDITION_FAILED) => Ok(Swap::Refused(
+            e.message().trim_start_matches(CONDITION_FAILED).to_string(),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}

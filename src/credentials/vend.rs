@@ -19,6 +19,7 @@ use super::policy::{AccessMode, pack, s3_prefix_policy, s3tables_policy};
 use super::{MAX_DURATION, MIN_DURATION, VendedCredentials, assume_role};
 use crate::catalog::{CatalogKind, IcebergCatalog};
 use crate::config::{CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, parse_duration};
+use crate::download::{Download, DownloadId, DownloadState, find_download};
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, vend_schema};
 use crate::plan::rows::{Value, batch};
@@ -202,38 +203,100 @@ async fn open_session(ctx: &CommandContext, id: &UploadId, mode: AccessMode) -> 
     }
 }
 
+/// The table credentials are vended for, and the mode used.
+struct Grant {
+    catalog: std::sync::Arc<IcebergCatalog>,
+    table: iceberg::table::Table,
+    mode: AccessMode,
+}
+
+/// A ready download's table, read-only.
+fn download_grant(download: Download, mode: Option<AccessMode>) -> Result<Grant> {
+    let id = download.id.to_string();
+    if mode == Some(AccessMode::Write) {
+        return Err(Error::invalid(format!(
+            "download '{id}' is read-only: vend_credentials('{id}', 'read')"
+        )));
+    }
+    if download.state != DownloadState::Ready {
+        return Err(Error::DownloadState {
+            id: id.clone(),
+            state: download.state.to_string(),
+            hint: format!(
+                "credentials are vended for ready downloads only; wait with wait_download('{id}')"
+            ),
+        });
+    }
+    Ok(Grant {
+        catalog: download.catalog,
+        table: download.table,
+        mode: AccessMode::Read,
+    })
+}
+
 pub(crate) async fn vend_credentials(
     ctx: &CommandContext,
     id: &str,
     mode: Option<&str>,
     duration: Option<&str>,
 ) -> Result<RecordBatch> {
-    let id = UploadId::parse(id)?;
-    let mode = mode
-        .map(AccessMode::parse)
-        .transpose()?
-        .unwrap_or(AccessMode::Write);
+    let mode = mode.map(AccessMode::parse).transpose()?;
     let duration = vend_duration(duration)?;
-    let staging = open_session(ctx, &id, mode).await?;
-    let ident = staging.table.identifier();
+    // Upload and download ids look alike: an upload's staging table, else a
+    // download's table.
+    let upload = UploadId::parse(id)?;
+    let grant = if find_staging(&ctx.icestage, &upload).await?.is_some() {
+        let mode = mode.unwrap_or(AccessMode::Write);
+        let staging = open_session(ctx, &upload, mode).await?;
+        Grant {
+            catalog: staging.catalog,
+            table: staging.table,
+            mode,
+        }
+    } else {
+        let download = DownloadId::parse(id)?;
+        match find_download(&ctx.icestage, &download).await? {
+            Some(mut found) => {
+                found.settle().await?;
+                download_grant(found, mode)?
+            }
+            None => {
+                if let Some(record) =
+                    crate::download::status::status_of(&ctx.icestage, &download).await?
+                {
+                    return Err(Error::DownloadState {
+                        id: download.to_string(),
+                        state: record.state.to_string(),
+                        hint: "credentials are vended for ready downloads only".to_string(),
+                    });
+                }
+                // Neither: say what the upload side knows.
+                return Err(match open_session(ctx, &upload, AccessMode::Write).await {
+                    Err(error) => error,
+                    Ok(_) => Error::UnknownUpload(upload.to_string()),
+                });
+            }
+        }
+    };
+    let ident = grant.table.identifier();
     let credentials = credentials_for(
-        &staging.catalog,
+        &grant.catalog,
         &ident.namespace().join("."),
         ident.name(),
-        staging.table.metadata().location(),
-        mode,
+        grant.table.metadata().location(),
+        grant.mode,
         &format!("icestage-{id}"),
         duration,
     )
     .await?;
-    let connection = connection(&staging.catalog, credentials.as_ref())?;
+    let connection = connection(&grant.catalog, credentials.as_ref())?;
     let properties = serde_json::to_string(&connection.properties)
         .map_err(|e| Error::invalid(format!("internal: connection: {e}")))?;
     batch(
         vend_schema(),
         &[vec![
-            Value::from(id.to_string()),
-            Value::from(mode.as_str()),
+            Value::from(upload.to_string()),
+            Value::from(grant.mode.as_str()),
             Value::from(ident.to_string()),
             Value::from(credentials.as_ref().map(|c| c.access_key_id.clone())),
             Value::from(
@@ -247,7 +310,7 @@ pub(crate) async fn vend_credentials(
                     .map(|c| c.session_token.expose().to_string()),
             ),
             Value::from(credentials.as_ref().map(|c| c.expiration)),
-            Value::from(staging.catalog.aws().region.clone()),
+            Value::from(grant.catalog.aws().region.clone()),
             Value::from(properties),
             Value::from(connection.catalog_config),
         ]],

@@ -4,6 +4,7 @@
 //! literal arguments up front and returns a [`CommandTable`], whose scan runs
 //! the same command the statement runs.
 
+mod download;
 mod upload;
 
 use std::any::Any;
@@ -32,6 +33,9 @@ pub(crate) fn register_all(ctx: &SessionContext) {
     ctx.register_udtf("upload_findings", Arc::new(upload::UploadFindingsFunc));
     ctx.register_udtf("table_constraints", Arc::new(upload::TableConstraintsFunc));
     ctx.register_udtf("vend_credentials", Arc::new(upload::VendCredentialsFunc));
+    ctx.register_udtf("download_status", Arc::new(download::DownloadStatusFunc));
+    ctx.register_udtf("downloads", Arc::new(download::DownloadsFunc));
+    ctx.register_udtf("wait_download", Arc::new(download::WaitDownloadFunc));
 }
 
 /// Builds the command once the session is known (names resolve against it).

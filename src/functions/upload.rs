@@ -114,7 +114,8 @@ pub(crate) struct VendCredentialsFunc;
 
 impl TableFunctionImpl for VendCredentialsFunc {
     fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
-        let signature = "vend_credentials('<upload id>' [, 'write' | 'read'] [, '<duration>'])";
+        let signature =
+            "vend_credentials('<upload or download id>' [, 'write' | 'read'] [, '<duration>'])";
         at_most(args, 3, "vend_credentials", signature)?;
         let id = string_arg(args, 0, "vend_credentials", signature)?;
         UploadId::parse(&id)?;

@@ -60,6 +60,19 @@ pub(crate) enum Command {
     },
     /// `table_constraints('<table>')`
     ListConstraints { catalog: String, table: TableIdent },
+    /// `CREATE DOWNLOAD [WITH (...)] AS <query>` (the query is the node's input)
+    CreateDownload(Arc<crate::download::create::CreateDownload>),
+    /// `download_status('<id>')`
+    DownloadStatus { id: String },
+    /// `downloads()`
+    ListDownloads,
+    /// `wait_download('<id>' [, timeout])`
+    WaitDownload {
+        id: String,
+        timeout: std::time::Duration,
+    },
+    /// `DROP DOWNLOAD '<id>'`
+    DropDownload { id: String },
     /// `COPY INTO <table> FROM '<uri>' [WITH (...)]`
     CopyInto {
         catalog: String,
@@ -195,7 +208,7 @@ pub(crate) fn findings_schema() -> SchemaRef {
 /// The columns of `vend_credentials(id, ...)`.
 pub(crate) fn vend_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
+        utf8("id", false),
         utf8("mode", false),
         utf8("table_name", false),
         utf8("access_key_id", true),
@@ -205,6 +218,43 @@ pub(crate) fn vend_schema() -> SchemaRef {
         utf8("region", false),
         utf8("connection", false),
         utf8("catalog_config", false),
+    ]))
+}
+
+/// The columns of `CREATE DOWNLOAD`.
+pub(crate) fn create_download_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        utf8("download_id", false),
+        utf8("download_table", false),
+        utf8("state", false),
+        timestamp("expires_at"),
+        utf8("catalog", false),
+        utf8("connection", false),
+    ]))
+}
+
+/// The columns of `download_status(id)`, `downloads()` and `wait_download(id)`.
+pub(crate) fn download_status_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        utf8("download_id", false),
+        utf8("state", false),
+        utf8("catalog", false),
+        utf8("download_table", false),
+        utf8("sources", false),
+        timestamp("created_at"),
+        timestamp("expires_at"),
+        int64("rows"),
+        int64("files"),
+        int64("snapshot_id"),
+        utf8("message", true),
+    ]))
+}
+
+/// The columns of `DROP DOWNLOAD`.
+pub(crate) fn drop_download_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        utf8("download_id", false),
+        utf8("state", false),
     ]))
 }
 
@@ -297,6 +347,11 @@ impl Command {
             Command::DropConstraint { .. } => "DropConstraint",
             Command::ListConstraints { .. } => "ListConstraints",
             Command::CopyInto { .. } => "CopyInto",
+            Command::CreateDownload(_) => "CreateDownload",
+            Command::DownloadStatus { .. } => "DownloadStatus",
+            Command::ListDownloads => "ListDownloads",
+            Command::WaitDownload { .. } => "WaitDownload",
+            Command::DropDownload { .. } => "DropDownload",
             Command::AbortUpload { .. } => "AbortUpload",
             Command::ExpireStaging => "ExpireStaging",
             Command::UploadStatus { .. } => "UploadStatus",
@@ -322,6 +377,11 @@ impl Command {
             Command::VendCredentials { .. } => vend_schema(),
             Command::ListConstraints { .. } => constraints_schema(),
             Command::CopyInto { .. } => copy_schema(),
+            Command::CreateDownload(_) => create_download_schema(),
+            Command::DownloadStatus { .. }
+            | Command::ListDownloads
+            | Command::WaitDownload { .. } => download_status_schema(),
+            Command::DropDownload { .. } => drop_download_schema(),
             Command::AddConstraint { .. } | Command::DropConstraint { .. } => {
                 Arc::new(Schema::empty())
             }
@@ -376,6 +436,19 @@ impl Command {
             }
             Command::ListConstraints { catalog, table } => {
                 upload::rules::list_constraints(&ctx, catalog, table).await?
+            }
+            Command::CreateDownload(spec) => {
+                crate::download::create::create_download(&ctx, spec).await?
+            }
+            Command::DownloadStatus { id } => {
+                crate::download::status::download_status(&ctx, id).await?
+            }
+            Command::ListDownloads => crate::download::status::list(&ctx).await?,
+            Command::WaitDownload { id, timeout } => {
+                crate::download::status::wait_download(&ctx, id, *timeout).await?
+            }
+            Command::DropDownload { id } => {
+                crate::download::status::drop_download(&ctx, id).await?
             }
             Command::CopyInto {
                 catalog,
@@ -468,6 +541,31 @@ impl fmt::Display for Command {
             Command::ListConstraints { catalog, table } => {
                 write!(f, "ListConstraints: {catalog}.{table}")
             }
+            Command::CreateDownload(spec) => {
+                write!(f, "CreateDownload: catalog={}, sources=[", spec.catalog)?;
+                let sources: Vec<String> = spec
+                    .sources
+                    .iter()
+                    .map(|(t, s)| {
+                        format!("{t}@{}", s.map_or("empty".to_string(), |s| s.to_string()))
+                    })
+                    .collect();
+                write!(f, "{}]", sources.join(", "))?;
+                if spec.wait {
+                    write!(f, ", wait")?;
+                }
+                Ok(())
+            }
+            Command::DownloadStatus { id } => write!(f, "DownloadStatus: download={id}"),
+            Command::ListDownloads => write!(f, "ListDownloads"),
+            Command::WaitDownload { id, timeout } => {
+                write!(
+                    f,
+                    "WaitDownload: download={id}, timeout={}s",
+                    timeout.as_secs()
+                )
+            }
+            Command::DropDownload { id } => write!(f, "DropDownload: download={id}"),
             Command::CopyInto {
                 catalog,
                 table,

@@ -88,6 +88,46 @@ async fn plan_statement(
             })
         }
         Statement::AbortUpload(abort) => command_plan(Command::AbortUpload { id: abort.id }),
+        Statement::CreateDownload { options, query } => {
+            check_options("CREATE DOWNLOAD", &options, &["ttl", "wait", "lease"])?;
+            let option = |name: &str| {
+                options
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            };
+            let ttl = option("ttl");
+            if let Some(ttl) = &ttl {
+                parse_duration(ttl)?;
+            }
+            let wait = option("wait")
+                .map(|v| parse_bool("wait", &v))
+                .transpose()?
+                .unwrap_or(false);
+            let lease = match option("lease") {
+                Some(lease) => parse_duration(&lease)?,
+                None => std::time::Duration::from_secs(60),
+            };
+            let sql = query.to_string();
+            let plan = state
+                .statement_to_plan(DFStatement::Statement(Box::new(SqlStatement::Query(query))))
+                .await?;
+            let (pinned, sources) =
+                crate::download::create::pin_snapshots(state, &icestage, plan).await?;
+            let schema = ddl::iceberg_schema(pinned.schema().as_arrow())?;
+            let input = cast_to_table_types(pinned, &schema)?;
+            let spec = crate::download::create::CreateDownload {
+                catalog: icestage.default_catalog().name().to_string(),
+                schema,
+                query: sql,
+                sources,
+                ttl,
+                wait,
+                lease,
+            };
+            Ok(CommandNode::new(Command::CreateDownload(Arc::new(spec)), Some(input))?.into_plan())
+        }
+        Statement::DropDownload { id } => command_plan(Command::DropDownload { id }),
         Statement::CopyInto {
             table,
             uri,

@@ -28,6 +28,18 @@ pub enum Statement {
     AbortUpload(UploadStatement),
     /// `EXPIRE STAGING`
     ExpireStaging,
+    /// `CREATE DOWNLOAD [WITH (...)] AS <query>`
+    CreateDownload {
+        /// `WITH` options.
+        options: Vec<(String, String)>,
+        /// The query whose rows fill the download.
+        query: Box<datafusion::sql::sqlparser::ast::Query>,
+    },
+    /// `DROP DOWNLOAD '<id>'`
+    DropDownload {
+        /// The download id, as written.
+        id: String,
+    },
     /// `COPY INTO <table> FROM '<uri>' [WITH (...)]`
     CopyInto {
         /// The table to load.
@@ -100,6 +112,12 @@ impl fmt::Display for Statement {
             }
             Statement::AbortUpload(s) => write!(f, "ABORT UPLOAD '{}'", s.id),
             Statement::ExpireStaging => write!(f, "EXPIRE STAGING"),
+            Statement::CreateDownload { options, query } => {
+                write!(f, "CREATE DOWNLOAD")?;
+                fmt_options(f, options)?;
+                write!(f, " AS {query}")
+            }
+            Statement::DropDownload { id } => write!(f, "DROP DOWNLOAD '{id}'"),
             Statement::CopyInto {
                 table,
                 uri,
@@ -142,6 +160,8 @@ enum Head {
     ExpireStaging,
     CreateNamespace,
     CopyInto,
+    CreateDownload,
+    DropDownload,
     Explain,
     Other,
 }
@@ -216,6 +236,8 @@ impl<'a> IcestageParser<'a> {
             ("EXPIRE", _) => Head::ExpireStaging,
             ("CREATE", "NAMESPACE") => Head::CreateNamespace,
             ("COPY", "INTO") => Head::CopyInto,
+            ("CREATE", "DOWNLOAD") => Head::CreateDownload,
+            ("DROP", "DOWNLOAD") => Head::DropDownload,
             ("EXPLAIN", _) => Head::Explain,
             _ => Head::Other,
         }
@@ -293,6 +315,24 @@ impl<'a> IcestageParser<'a> {
                     uri,
                     options,
                 })
+            }
+            Head::CreateDownload => {
+                let usage = "CREATE DOWNLOAD [WITH (ttl = '24h', wait = true)] AS <query>";
+                self.expect_words(&["CREATE", "DOWNLOAD"], usage)?;
+                let options = self.parse_with_options()?;
+                if !self.df.parser.parse_keyword(Keyword::AS) {
+                    return Err(self.usage(usage));
+                }
+                let query = self.df.parser.parse_query().map_err(|e| {
+                    Error::invalid(format!("the query of CREATE DOWNLOAD does not parse: {e}"))
+                })?;
+                Ok(Statement::CreateDownload { options, query })
+            }
+            Head::DropDownload => {
+                let usage = "DROP DOWNLOAD '<download id>'";
+                self.expect_words(&["DROP", "DOWNLOAD"], usage)?;
+                let id = self.parse_id(usage)?;
+                Ok(Statement::DropDownload { id })
             }
             Head::Explain => {
                 // EXPLAIN of an icestage statement is icestage's; anything
@@ -425,6 +465,8 @@ mod tests {
             "CREATE NAMESPACE IF NOT EXISTS payments",
             "EXPLAIN PROMOTE UPLOAD 'abc'",
             "COPY INTO raw.events FROM 's3://b/in/' WITH (format = 'csv', all_files = 'true')",
+            "CREATE DOWNLOAD WITH (ttl = '2h') AS SELECT a FROM t WHERE b > 1",
+            "DROP DOWNLOAD 'abc'",
         ] {
             assert_eq!(one(sql).to_string(), sql);
         }

@@ -28,7 +28,8 @@ async fn abort(icestage: &Icestage, id: &UploadId) -> Result<UploadState> {
         return Ok(UploadState::Aborted);
     }
     for catalog in icestage.catalogs() {
-        if let Some(record) = log::lookup(catalog, id.as_str()).await? {
+        if let Some(record) = log::lookup::<UploadState>(catalog, log::UPLOADS, id.as_str()).await?
+        {
             return match record.state {
                 // Aborting twice is harmless.
                 UploadState::Aborted | UploadState::Expired => Ok(record.state),
@@ -91,7 +92,7 @@ pub(crate) async fn discard(mut staging: Staging, state: UploadState) -> Result<
             ),
         });
     }
-    log::append(&staging.catalog, &staging.record(state)).await?;
+    log::append(&staging.catalog, log::UPLOADS, &staging.record(state)).await?;
     findings::discard(&staging.catalog, &staging.id).await?;
     staging.catalog.remove_table(&staging.table, false).await
 }

@@ -115,7 +115,7 @@ pub(crate) async fn create_upload(
         .await?;
     // The log that will record how this upload ends, created now rather than
     // by racing promotions.
-    super::log::log_table(catalog).await?;
+    super::log::log_table(catalog, super::log::UPLOADS).await?;
     let ident = id.staging_table();
     let properties = HashMap::from([
         (PROP_UPLOAD_ID.to_string(), id.to_string()),

@@ -1,4 +1,5 @@
-//! `EXPIRE STAGING`: removes staging tables whose upload expired, finishes
+//! `EXPIRE STAGING`: removes staging tables whose upload expired (and download
+//! tables whose download expired), finishes
 //! promotions that committed but did not clean up, and completes discards
 //! that were interrupted.
 
@@ -43,6 +44,7 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<RecordBatch> 
             }
         }
     }
+    removed += crate::download::status::expire(&ctx.icestage).await?;
     batch(
         Command::ExpireStaging.schema(),
         &[vec![Value::from(removed)]],

@@ -1,7 +1,7 @@
-//! The upload log: an Iceberg table owned by icestage (`icestage.upload_log`
-//! in each catalog) that records how each upload session ended, so that its
-//! status outlives the staging table. Append-only; the latest row of an id
-//! is its state.
+//! Session logs: Iceberg tables owned by icestage (`icestage.upload_log`,
+//! `icestage.download_log` in each catalog) that record how each session
+//! ended, so that its status outlives its table. Append-only; the latest row
+//! of an id is its state.
 
 use std::sync::Arc;
 
@@ -15,21 +15,34 @@ use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
-use super::{UploadRecord, is_missing};
+use super::{SessionRecord, is_missing};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::provider::append_batch;
 use crate::error::{Error, Result};
 use crate::plan::rows::{Value, batch};
+use std::fmt::Display;
+use std::str::FromStr;
 
 /// Namespace of the tables icestage owns.
 pub const ICESTAGE_NAMESPACE: &str = "icestage";
 /// Name of the upload log table.
 pub const UPLOAD_LOG_TABLE: &str = "upload_log";
+/// Name of the download log table.
+pub const DOWNLOAD_LOG_TABLE: &str = "download_log";
 
-fn log_ident() -> TableIdent {
+/// Which log: its table's name.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionLog(&'static str);
+
+/// The log of upload sessions.
+pub(crate) const UPLOADS: SessionLog = SessionLog(UPLOAD_LOG_TABLE);
+/// The log of download sessions.
+pub(crate) const DOWNLOADS: SessionLog = SessionLog(DOWNLOAD_LOG_TABLE);
+
+fn log_ident(log: SessionLog) -> TableIdent {
     TableIdent::new(
         NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()),
-        UPLOAD_LOG_TABLE.to_string(),
+        log.0.to_string(),
     )
 }
 
@@ -56,8 +69,8 @@ fn log_schema() -> Result<Schema> {
 }
 
 /// The log table of `catalog`, created on first use.
-pub(crate) async fn log_table(catalog: &IcebergCatalog) -> Result<Table> {
-    let ident = log_ident();
+pub(crate) async fn log_table(catalog: &IcebergCatalog, log: SessionLog) -> Result<Table> {
+    let ident = log_ident(log);
     match catalog.catalog().load_table(&ident).await {
         Ok(table) => return Ok(table),
         Err(e) if is_missing(&e) => {}
@@ -84,8 +97,12 @@ pub(crate) async fn log_table(catalog: &IcebergCatalog) -> Result<Table> {
 }
 
 /// Appends `record` to the log of `catalog`.
-pub(crate) async fn append(catalog: &IcebergCatalog, record: &UploadRecord) -> Result<()> {
-    let table = log_table(catalog).await?;
+pub(crate) async fn append<S: Display>(
+    catalog: &IcebergCatalog,
+    log: SessionLog,
+    record: &SessionRecord<S>,
+) -> Result<()> {
+    let table = log_table(catalog, log).await?;
     let schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(
         table.metadata().current_schema(),
     )?);
@@ -93,7 +110,7 @@ pub(crate) async fn append(catalog: &IcebergCatalog, record: &UploadRecord) -> R
         Arc::clone(&schema),
         &[vec![
             Value::from(record.id.clone()),
-            Value::from(record.state.as_str()),
+            Value::from(record.state.to_string()),
             Value::from(record.target.clone()),
             Value::from(record.staging.clone()),
             Value::from(record.created_at),
@@ -109,18 +126,22 @@ pub(crate) async fn append(catalog: &IcebergCatalog, record: &UploadRecord) -> R
 }
 
 /// The latest record of `upload_id` in the log of `catalog`.
-pub(crate) async fn lookup(
+pub(crate) async fn lookup<S: FromStr<Err = Error>>(
     catalog: &IcebergCatalog,
-    upload_id: &str,
-) -> Result<Option<UploadRecord>> {
-    let records = read(catalog, Some(upload_id)).await?;
+    log: SessionLog,
+    id: &str,
+) -> Result<Option<SessionRecord<S>>> {
+    let records = read(catalog, log, Some(id)).await?;
     Ok(records.into_iter().max_by_key(|r| r.recorded_at))
 }
 
 /// The latest record of every upload in the log of `catalog`.
-pub(crate) async fn latest_records(catalog: &IcebergCatalog) -> Result<Vec<UploadRecord>> {
-    let mut latest: std::collections::HashMap<String, UploadRecord> = Default::default();
-    for record in read(catalog, None).await? {
+pub(crate) async fn latest_records<S: FromStr<Err = Error>>(
+    catalog: &IcebergCatalog,
+    log: SessionLog,
+) -> Result<Vec<SessionRecord<S>>> {
+    let mut latest: std::collections::HashMap<String, SessionRecord<S>> = Default::default();
+    for record in read(catalog, log, None).await? {
         match latest.get(&record.id) {
             Some(seen) if seen.recorded_at >= record.recorded_at => {}
             _ => {
@@ -131,8 +152,12 @@ pub(crate) async fn latest_records(catalog: &IcebergCatalog) -> Result<Vec<Uploa
     Ok(latest.into_values().collect())
 }
 
-async fn read(catalog: &IcebergCatalog, upload_id: Option<&str>) -> Result<Vec<UploadRecord>> {
-    let table = match catalog.catalog().load_table(&log_ident()).await {
+async fn read<S: FromStr<Err = Error>>(
+    catalog: &IcebergCatalog,
+    log: SessionLog,
+    upload_id: Option<&str>,
+) -> Result<Vec<SessionRecord<S>>> {
+    let table = match catalog.catalog().load_table(&log_ident(log)).await {
         Ok(table) => table,
         Err(e) if is_missing(&e) => return Ok(vec![]),
         Err(e) => return Err(e.into()),
@@ -152,7 +177,10 @@ async fn read(catalog: &IcebergCatalog, upload_id: Option<&str>) -> Result<Vec<U
     Ok(records)
 }
 
-fn decode(batch: &RecordBatch, catalog: &str) -> Result<Vec<UploadRecord>> {
+fn decode<S: FromStr<Err = Error>>(
+    batch: &RecordBatch,
+    catalog: &str,
+) -> Result<Vec<SessionRecord<S>>> {
     let column = |name: &str, to: &DataType| -> Result<Arc<dyn Array>> {
         let array = batch.column_by_name(name).ok_or_else(|| {
             Error::invalid(format!(
@@ -196,7 +224,7 @@ fn decode(batch: &RecordBatch, catalog: &str) -> Result<Vec<UploadRecord>> {
     };
     (0..batch.num_rows())
         .map(|row| {
-            Ok(UploadRecord {
+            Ok(SessionRecord {
                 id: string(0, row).unwrap_or_default(),
                 state: string(1, row).unwrap_or_default().parse()?,
                 catalog: catalog.to_string(),

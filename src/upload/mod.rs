@@ -23,17 +23,17 @@ pub(crate) mod status;
 pub(crate) mod transfer;
 pub(crate) mod validate;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use iceberg::table::Table;
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableIdent};
 
 use crate::catalog::IcebergCatalog;
-use crate::catalog::scoped::ScopedCatalog;
+use crate::catalog::commit::{Swap, swap_properties};
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::plan::rows::Value;
@@ -163,12 +163,12 @@ impl FromStr for UploadState {
     }
 }
 
-/// What is known of one upload: a row of `upload_status` / `uploads()`, and
-/// what the upload log stores when a session ends.
+/// What is known of one session (an upload, or a download): a row of the
+/// status functions, and what the session log stores when a session ends.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct UploadRecord {
+pub(crate) struct SessionRecord<S> {
     pub(crate) id: String,
-    pub(crate) state: UploadState,
+    pub(crate) state: S,
     pub(crate) catalog: String,
     pub(crate) target: String,
     pub(crate) staging: String,
@@ -183,12 +183,15 @@ pub(crate) struct UploadRecord {
     pub(crate) message: Option<String>,
 }
 
-impl UploadRecord {
+/// An upload's record.
+pub(crate) type UploadRecord = SessionRecord<UploadState>;
+
+impl<S: fmt::Display> SessionRecord<S> {
     /// The values in the order of `status_schema()`.
     pub(crate) fn row(&self) -> Vec<Value> {
         vec![
             Value::from(self.id.clone()),
-            Value::from(self.state.as_str()),
+            Value::from(self.state.to_string()),
             Value::from(self.catalog.clone()),
             Value::from(self.target.clone()),
             Value::from(self.staging.clone()),
@@ -296,63 +299,43 @@ impl Staging {
         to: UploadState,
         message: Option<&str>,
     ) -> Result<()> {
-        let allowed: Vec<UploadState> = from.to_vec();
-        let id = self.id.clone();
-        let check: crate::catalog::scoped::LoadCheck = Arc::new(move |table: &Table| {
-            let state = table
-                .metadata()
-                .properties()
-                .get(PROP_STATE)
-                .and_then(|s| s.parse::<UploadState>().ok());
-            match state {
-                Some(state) if allowed.contains(&state) => Ok(()),
-                other => Err(iceberg::Error::new(
-                    iceberg::ErrorKind::DataInvalid,
-                    format!(
-                        "{STATE_CONFLICT}{}",
-                        other.map_or("unknown".to_string(), |s| s.to_string())
-                    ),
-                )
-                .with_context("upload", id.to_string())),
-            }
-        });
-        let catalog = ScopedCatalog::new(Arc::clone(self.catalog.catalog())).check_on_load(check);
-        let tx = Transaction::new(&self.table);
-        let tx = tx
-            .update_table_properties()
-            .set(PROP_STATE.to_string(), to.to_string())
-            .set(
+        let allowed: Vec<String> = from.iter().map(|s| s.to_string()).collect();
+        let properties = HashMap::from([
+            (PROP_STATE.to_string(), to.to_string()),
+            (
                 PROP_MESSAGE.to_string(),
                 message.unwrap_or_default().to_string(),
-            )
-            .set(
+            ),
+            (
                 PROP_FINDINGS.to_string(),
                 self.findings.unwrap_or(0).to_string(),
-            )
-            .apply(tx)?;
-        match tx.commit(&catalog).await {
-            Ok(table) => {
+            ),
+        ]);
+        let swap = swap_properties(
+            self.catalog.catalog(),
+            &self.table,
+            PROP_STATE,
+            move |props| props.get(PROP_STATE).is_some_and(|s| allowed.contains(s)),
+            properties,
+        )
+        .await?;
+        match swap {
+            Swap::Done(table) => {
                 *self = Staging::from_table(Arc::clone(&self.catalog), table)?;
                 Ok(())
             }
-            Err(e) if e.message().starts_with(STATE_CONFLICT) => {
-                let now = e.message().trim_start_matches(STATE_CONFLICT).to_string();
-                Err(Error::UploadState {
-                    id: self.id.to_string(),
-                    state: now,
-                    hint: format!(
-                        "another process changed it while this one wanted it {to}; \
-                                   check SELECT * FROM upload_status('{}')",
-                        self.id
-                    ),
-                })
-            }
-            Err(e) => Err(e.into()),
+            Swap::Refused(now) => Err(Error::UploadState {
+                id: self.id.to_string(),
+                state: now,
+                hint: format!(
+                    "another process changed it while this one wanted it {to}; \
+                     check SELECT * FROM upload_status('{}')",
+                    self.id
+                ),
+            }),
         }
     }
 }
-
-const STATE_CONFLICT: &str = "upload state changed concurrently: now ";
 
 /// Finds the live session of `id` in any catalog.
 pub(crate) async fn find_staging(icestage: &Icestage, id: &UploadId) -> Result<Option<Staging>> {

@@ -320,7 +320,7 @@ fn already_message(target: &str, snapshot_id: i64) -> String {
 /// The promotion recorded in an upload log, if the upload was promoted.
 async fn already_promoted(icestage: &Icestage, id: &UploadId) -> Result<Option<Promotion>> {
     for catalog in icestage.catalogs() {
-        if let Some(record) = log::lookup(catalog, id.as_str()).await?
+        if let Some(record) = log::lookup::<UploadState>(catalog, log::UPLOADS, id.as_str()).await?
             && record.state == UploadState::Promoted
         {
             let message = match record.snapshot_id {
@@ -345,7 +345,8 @@ async fn already_promoted(icestage: &Icestage, id: &UploadId) -> Result<Option<P
 /// The error for an id with no staging table: aborted, expired or unknown.
 pub(crate) async fn closed_or_unknown(icestage: &Icestage, id: &UploadId) -> Result<Error> {
     for catalog in icestage.catalogs() {
-        if let Some(record) = log::lookup(catalog, id.as_str()).await? {
+        if let Some(record) = log::lookup::<UploadState>(catalog, log::UPLOADS, id.as_str()).await?
+        {
             return Ok(Error::UploadClosed {
                 id: id.to_string(),
                 state: record.state.to_string(),
@@ -406,7 +407,7 @@ async fn finish(
         message: None,
         ..staging.record(UploadState::Promoted)
     };
-    log::append(&staging.catalog, &record).await?;
+    log::append(&staging.catalog, log::UPLOADS, &record).await?;
     failpoint("promote.before-drop");
     findings::discard(&staging.catalog, &staging.id).await?;
     staging

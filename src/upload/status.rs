@@ -64,7 +64,8 @@ pub(crate) async fn status_of(icestage: &Icestage, id: &UploadId) -> Result<Opti
         return Ok(Some(live_record(&staging, target.as_ref(), Utc::now())));
     }
     for catalog in icestage.catalogs() {
-        if let Some(record) = log::lookup(catalog, id.as_str()).await? {
+        if let Some(record) = log::lookup::<UploadState>(catalog, log::UPLOADS, id.as_str()).await?
+        {
             return Ok(Some(record));
         }
     }
@@ -108,7 +109,7 @@ pub(crate) async fn list_uploads(ctx: &CommandContext) -> Result<RecordBatch> {
             live.insert(staging.id.to_string());
             all.push(live_record(&staging, target, now));
         }
-        for record in log::latest_records(catalog).await? {
+        for record in log::latest_records::<UploadState>(catalog, log::UPLOADS).await? {
             if !live.contains(&record.id) {
                 all.push(record);
             }

@@ -3,6 +3,7 @@
 
 mod aws;
 mod common;
+mod downloads;
 mod embedding;
 mod exactly_once;
 mod ingest;

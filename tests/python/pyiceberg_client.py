@@ -6,6 +6,7 @@ JSON for the Rust test to check.
 
     pyiceberg_client.py append   CONNECTION STAGING_TABLE ROWS
     pyiceberg_client.py read     CONNECTION TABLE UPLOAD_ID
+    pyiceberg_client.py read-table CONNECTION TABLE   (a download: row count, columns, rows)
     pyiceberg_client.py field-ids CONNECTION TABLE
     pyiceberg_client.py evolve   CONNECTION TABLE     (add 'note', drop 'currency')
     pyiceberg_client.py retype   CONNECTION TABLE COLUMN
@@ -70,6 +71,15 @@ def read(connection: str, table: str, upload_id: str) -> None:
         "ids": [r["transaction_id"] for r in rows],
         "evidence_snapshots": evidence,
     }))
+
+
+def read_table(connection: str, table: str) -> None:
+    rows = catalog(connection).load_table(table).scan().to_arrow()
+    print(json.dumps({
+        "rows": rows.num_rows,
+        "columns": rows.column_names,
+        "values": sorted(rows.to_pylist(), key=lambda r: json.dumps(r, default=str)),
+    }, default=str))
 
 
 def field_ids(connection: str, table: str) -> None:
@@ -140,6 +150,7 @@ if __name__ == "__main__":
     {
         "append": lambda c, t, n: append(c, t, int(n)),
         "read": read,
+        "read-table": read_table,
         "field-ids": field_ids,
         "evolve": evolve,
         "retype": retype,

@@ -98,13 +98,21 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
         ))));
     }
     let ctx = SessionContext::new_with_config(session);
-    icestage::register(&ctx, config).await?;
+    let service = icestage::register(&ctx, config).await?;
     let interactive = args.commands.is_empty() && args.files.is_empty();
     let mut shell = Shell::new(ctx, args.format.into(), args.quiet, args.maxrows);
-    if interactive {
+    let code = if interactive {
         shell.repl().await;
-        return Ok(ExitCode::SUCCESS);
-    }
+        ExitCode::SUCCESS
+    } else {
+        run_scripts(&mut shell, &args).await?
+    };
+    // Downloads this process is filling finish before it exits.
+    service.finish_background_work().await;
+    Ok(code)
+}
+
+async fn run_scripts(shell: &mut Shell, args: &Args) -> icestage::Result<ExitCode> {
     for command in &args.commands {
         if !shell.run_script(command).await {
             return Ok(ExitCode::FAILURE);

@@ -1,0 +1,106 @@
+//! Filling a download table in the background: the pinned query streams
+//! through iceberg-datafusion's writer (files written in the engine's
+//! parallel partitions, one commit), while a heartbeat in the table's
+//! properties tells other processes that the filler is alive.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use datafusion::execution::context::SessionState;
+use datafusion::physical_plan::ExecutionPlan;
+
+use super::{Download, DownloadId, DownloadState, PROP_FILES, PROP_HEARTBEAT_AT, PROP_ROWS};
+use crate::catalog::IcebergCatalog;
+use crate::catalog::provider::insert_into;
+use crate::upload::{PROP_MESSAGE, PROP_STATE, failpoint};
+
+fn pending(props: &HashMap<String, String>) -> bool {
+    props
+        .get(PROP_STATE)
+        .is_some_and(|s| s == DownloadState::Pending.as_str())
+}
+
+async fn load(catalog: &Arc<IcebergCatalog>, id: &DownloadId) -> Option<Download> {
+    let table = catalog.catalog().load_table(&id.table()).await.ok()?;
+    Download::from_table(Arc::clone(catalog), table).ok()
+}
+
+/// Renews the heartbeat every third of the lease while the download is pending.
+async fn heartbeat(catalog: Arc<IcebergCatalog>, id: DownloadId, lease: Duration) {
+    loop {
+        tokio::time::sleep(lease / 3).await;
+        let Some(mut download) = load(&catalog, &id).await else {
+            return;
+        };
+        let beat = HashMap::from([(PROP_HEARTBEAT_AT.to_string(), Utc::now().to_rfc3339())]);
+        match download.swap(pending, DownloadState::Pending, beat).await {
+            Ok(true) => {}
+            // No longer pending (finished, failed or dropped): stop.
+            Ok(false) => return,
+            // A failed beat is retried at the next tick.
+            Err(_) => {}
+        }
+    }
+}
+
+/// Runs `input` into the download table and records the outcome.
+pub(crate) async fn fill(
+    catalog: Arc<IcebergCatalog>,
+    id: DownloadId,
+    input: Arc<dyn ExecutionPlan>,
+    session: Arc<SessionState>,
+    lease: Duration,
+) {
+    let beating = tokio::spawn(heartbeat(Arc::clone(&catalog), id.clone(), lease));
+    failpoint("download.fill");
+    let written = insert_into(
+        &catalog,
+        &id.table(),
+        session.as_ref(),
+        input,
+        &session.task_ctx(),
+    )
+    .await;
+    beating.abort();
+    let Some(mut download) = load(&catalog, &id).await else {
+        // Dropped while it was being filled.
+        return;
+    };
+    let (state, properties) = match written {
+        Ok(rows) => {
+            let files = download
+                .table
+                .metadata()
+                .current_snapshot()
+                .and_then(|s| {
+                    s.summary()
+                        .additional_properties
+                        .get("total-data-files")
+                        .cloned()
+                })
+                .unwrap_or_else(|| "0".to_string());
+            (
+                DownloadState::Ready,
+                HashMap::from([
+                    (PROP_ROWS.to_string(), rows.to_string()),
+                    (PROP_FILES.to_string(), files),
+                    (PROP_MESSAGE.to_string(), String::new()),
+                ]),
+            )
+        }
+        Err(error) => (
+            DownloadState::Failed,
+            HashMap::from([(
+                PROP_MESSAGE.to_string(),
+                format!(
+                    "the query failed while filling the download: {}",
+                    error.user_message()
+                ),
+            )]),
+        ),
+    };
+    // If another process already declared this filler dead, its verdict stands.
+    let _ = download.swap(pending, state, properties).await;
+}
