@@ -26,7 +26,7 @@ use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, create_download_schema};
 use crate::plan::rows::{Value, batch};
-use crate::upload::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_STATE};
+use crate::upload::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_OWNER, PROP_STATE};
 
 /// A planned download.
 #[derive(Debug)]
@@ -39,6 +39,7 @@ pub(crate) struct CreateDownload {
     pub(crate) ttl: Option<String>,
     pub(crate) wait: bool,
     pub(crate) lease: Duration,
+    pub(crate) owner: Option<String>,
 }
 
 /// `plan` with every Iceberg table of icestage's catalogs pinned to its
@@ -117,7 +118,7 @@ pub(crate) async fn create_download(
     crate::upload::log::log_table(&catalog, crate::upload::log::DOWNLOADS).await?;
     let sources =
         serde_json::to_string(&spec.sources).map_err(|e| Error::invalid(e.to_string()))?;
-    let properties = HashMap::from([
+    let mut properties = HashMap::from([
         (PROP_DOWNLOAD_ID.to_string(), id.to_string()),
         (PROP_STATE.to_string(), DownloadState::Pending.to_string()),
         (PROP_CREATED_AT.to_string(), created_at.to_rfc3339()),
@@ -130,6 +131,9 @@ pub(crate) async fn create_download(
             spec.lease.as_secs().to_string(),
         ),
     ]);
+    if let Some(owner) = &spec.owner {
+        properties.insert(PROP_OWNER.to_string(), owner.clone());
+    }
     let creation = TableCreation::builder()
         .name(ident.name().to_string())
         .schema(spec.schema.clone())

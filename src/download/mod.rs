@@ -28,7 +28,8 @@ use crate::catalog::commit::{Swap, swap_properties};
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::upload::{
-    PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_STATE, SessionRecord, is_missing,
+    PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_OWNER, PROP_STATE, SessionRecord,
+    is_missing,
 };
 
 /// Namespace of download tables.
@@ -165,6 +166,7 @@ pub(crate) struct Download {
     pub(crate) rows: Option<i64>,
     pub(crate) files: Option<i64>,
     pub(crate) message: Option<String>,
+    pub(crate) owner: Option<String>,
 }
 
 fn time(props: &HashMap<String, String>, key: &str) -> Option<DateTime<Utc>> {
@@ -211,6 +213,7 @@ impl Download {
             rows: number(PROP_ROWS),
             files: number(PROP_FILES),
             message: props.get(PROP_MESSAGE).cloned().filter(|m| !m.is_empty()),
+            owner: props.get(PROP_OWNER).cloned(),
             catalog,
             table,
         })
@@ -240,6 +243,7 @@ impl Download {
             snapshot_id: self.table.metadata().current_snapshot_id(),
             findings: None,
             message: self.message.clone(),
+            owner: self.owner.clone(),
         }
     }
 

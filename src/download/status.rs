@@ -64,6 +64,7 @@ fn rows(records: &[DownloadRecord]) -> Result<RecordBatch> {
                 Value::from(r.files),
                 Value::from(r.snapshot_id),
                 Value::from(r.message.clone()),
+                Value::from(r.owner.clone()),
             ]
         })
         .collect();

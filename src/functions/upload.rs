@@ -69,6 +69,8 @@ impl TableFunctionImpl for CreateUploadFunc {
                     catalog: catalog.name().to_string(),
                     target,
                     ttl: ttl.clone(),
+                    owner: None,
+                    id: None,
                 })
             }),
         ))

@@ -29,6 +29,10 @@ pub(crate) enum Command {
         catalog: String,
         target: TableIdent,
         ttl: Option<String>,
+        /// Who the upload belongs to (a service's caller), if anyone.
+        owner: Option<String>,
+        /// A caller-chosen id (a service derives it from an idempotency key).
+        id: Option<String>,
     },
     /// `PROMOTE UPLOAD '<id>' [WITH (dry_run = true)]`; `plan` describes
     /// the validation for EXPLAIN (filled in only when explaining).
@@ -188,6 +192,7 @@ pub(crate) fn status_schema() -> SchemaRef {
         int64("snapshot_id"),
         int64("findings"),
         utf8("message", true),
+        utf8("owner", true),
     ]))
 }
 
@@ -247,6 +252,7 @@ pub(crate) fn download_status_schema() -> SchemaRef {
         int64("files"),
         int64("snapshot_id"),
         utf8("message", true),
+        utf8("owner", true),
     ]))
 }
 
@@ -403,7 +409,12 @@ impl Command {
                 catalog,
                 target,
                 ttl,
-            } => upload::create::create_upload(&ctx, catalog, target, ttl.as_deref()).await?,
+                owner,
+                id,
+            } => {
+                upload::create::create_upload(&ctx, catalog, target, ttl.as_deref(), owner.as_deref(), id.as_deref())
+                    .await?
+            }
             Command::PromoteUpload { id, dry_run, .. } => {
                 upload::promote::promote_upload(&ctx, id, *dry_run).await?
             }
@@ -494,10 +505,15 @@ impl fmt::Display for Command {
                 catalog,
                 target,
                 ttl,
+                owner,
+                ..
             } => {
                 write!(f, "CreateUpload: target={catalog}.{target}")?;
                 if let Some(ttl) = ttl {
                     write!(f, ", ttl={ttl}")?;
+                }
+                if let Some(owner) = owner {
+                    write!(f, ", owner={owner}")?;
                 }
                 Ok(())
             }

@@ -53,7 +53,13 @@ async fn plan_statement(
                 .build()?)
         }
         Statement::CreateUpload(create) => {
-            check_options("CREATE UPLOAD", &create.options, &["ttl"])?;
+            check_options("CREATE UPLOAD", &create.options, &["ttl", "owner", "upload_id"])?;
+            let option = |name: &str| create.options.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+            let owner = option("owner");
+            let id = option("upload_id");
+            if let Some(id) = &id {
+                crate::upload::UploadId::parse(id)?;
+            }
             let ttl = create
                 .options
                 .iter()
@@ -68,6 +74,8 @@ async fn plan_statement(
                 catalog: catalog.name().to_string(),
                 target,
                 ttl,
+                owner,
+                id,
             })
         }
         Statement::PromoteUpload(promote) => {
@@ -89,7 +97,7 @@ async fn plan_statement(
         }
         Statement::AbortUpload(abort) => command_plan(Command::AbortUpload { id: abort.id }),
         Statement::CreateDownload { options, query } => {
-            check_options("CREATE DOWNLOAD", &options, &["ttl", "wait", "lease"])?;
+            check_options("CREATE DOWNLOAD", &options, &["ttl", "wait", "lease", "owner"])?;
             let option = |name: &str| {
                 options
                     .iter()
@@ -124,6 +132,7 @@ async fn plan_statement(
                 ttl,
                 wait,
                 lease,
+                owner: option("owner"),
             };
             Ok(CommandNode::new(Command::CreateDownload(Arc::new(spec)), Some(input))?.into_plan())
         }

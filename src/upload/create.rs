@@ -9,9 +9,10 @@ use iceberg::spec::TableMetadata;
 use iceberg::{MetadataLocation, NamespaceIdent, TableCreation, TableIdent};
 
 use super::{
-    PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID, STAGING_NAMESPACE,
-    UploadId, UploadState, is_missing,
+    PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_OWNER, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID,
+    STAGING_NAMESPACE, UploadId, UploadState, is_missing,
 };
+use crate::catalog::IcebergCatalog;
 use crate::config::parse_duration;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, create_upload_schema};
@@ -78,11 +79,58 @@ pub(crate) fn staging_metadata(
     })
 }
 
+/// The row `CREATE UPLOAD` answers for the session `staging`.
+fn upload_row(
+    catalog: &IcebergCatalog,
+    id: &UploadId,
+    target: &str,
+    state: &str,
+    expires_at: Option<chrono::DateTime<Utc>>,
+) -> Result<RecordBatch> {
+    let mut connection = catalog.client_properties().clone();
+    connection.insert("name".to_string(), catalog.name().to_string());
+    let connection = serde_json::to_string(&connection).map_err(|e| Error::invalid(e.to_string()))?;
+    batch(
+        create_upload_schema(),
+        &[vec![
+            Value::from(id.to_string()),
+            Value::from(id.staging_table().to_string()),
+            Value::from(target),
+            Value::from(state),
+            Value::from(expires_at),
+            Value::from(catalog.name()),
+            Value::from(connection),
+        ]],
+    )
+}
+
+/// With a caller-chosen id: the upload that already has it, if it is the
+/// same request again (same target and owner); an error if the id is taken.
+async fn existing_upload(
+    ctx: &CommandContext,
+    id: &UploadId,
+    target: &str,
+    owner: Option<&str>,
+) -> Result<Option<RecordBatch>> {
+    let Some(record) = super::status::status_of(&ctx.icestage, id).await? else {
+        return Ok(None);
+    };
+    if record.target != target || record.owner.as_deref() != owner {
+        return Err(Error::invalid(format!(
+            "upload id '{id}' is already taken by another upload: choose another idempotency key"
+        )));
+    }
+    let catalog = ctx.icestage.catalog(&record.catalog)?;
+    Ok(Some(upload_row(catalog, id, target, record.state.as_str(), record.expires_at)?))
+}
+
 pub(crate) async fn create_upload(
     ctx: &CommandContext,
     catalog: &str,
     target: &TableIdent,
     ttl: Option<&str>,
+    owner: Option<&str>,
+    chosen_id: Option<&str>,
 ) -> Result<RecordBatch> {
     let catalog = ctx.icestage.catalog(catalog)?;
     let target_name = target.to_string();
@@ -106,7 +154,16 @@ pub(crate) async fn create_upload(
         }
     })?;
     let ttl = parse_duration(ttl.unwrap_or(ctx.options.upload_ttl.as_str()))?;
-    let id = UploadId::random();
+    let id = match chosen_id {
+        Some(text) => {
+            let id = UploadId::parse(text)?;
+            if let Some(row) = existing_upload(ctx, &id, &target_name, owner).await? {
+                return Ok(row);
+            }
+            id
+        }
+        None => UploadId::random(),
+    };
     let created_at = Utc::now();
     let expires_at = created_at
         + ChronoDuration::from_std(ttl).map_err(|_| Error::invalid("upload ttl is too long"))?;
@@ -117,13 +174,16 @@ pub(crate) async fn create_upload(
     // by racing promotions.
     super::log::log_table(catalog, super::log::UPLOADS).await?;
     let ident = id.staging_table();
-    let properties = HashMap::from([
+    let mut properties = HashMap::from([
         (PROP_UPLOAD_ID.to_string(), id.to_string()),
         (PROP_TARGET.to_string(), target_name.clone()),
         (PROP_STATE.to_string(), UploadState::Open.to_string()),
         (PROP_CREATED_AT.to_string(), created_at.to_rfc3339()),
         (PROP_EXPIRES_AT.to_string(), expires_at.to_rfc3339()),
     ]);
+    if let Some(owner) = owner {
+        properties.insert(PROP_OWNER.to_string(), owner.to_string());
+    }
     match catalog.default_table_location(&ident) {
         Some(location) if catalog.can_register_tables() => {
             let metadata = staging_metadata(table.metadata(), &location, properties)?;
@@ -170,20 +230,5 @@ pub(crate) async fn create_upload(
         }
     }
 
-    let mut connection = catalog.client_properties().clone();
-    connection.insert("name".to_string(), catalog.name().to_string());
-    let connection =
-        serde_json::to_string(&connection).map_err(|e| Error::invalid(e.to_string()))?;
-    batch(
-        create_upload_schema(),
-        &[vec![
-            Value::from(id.to_string()),
-            Value::from(ident.to_string()),
-            Value::from(target_name),
-            Value::from(UploadState::Open.as_str()),
-            Value::from(Some(expires_at)),
-            Value::from(catalog.name()),
-            Value::from(connection),
-        ]],
-    )
+    upload_row(catalog, &id, &target_name, UploadState::Open.as_str(), Some(expires_at))
 }

@@ -62,6 +62,7 @@ fn log_schema() -> Result<Schema> {
         NestedField::optional(9, "files", long()),
         NestedField::optional(10, "snapshot_id", long()),
         NestedField::optional(11, "message", string()),
+        NestedField::optional(12, "owner", string()),
     ];
     Ok(Schema::builder()
         .with_fields(fields.into_iter().map(Arc::new))
@@ -120,6 +121,7 @@ pub(crate) async fn append<S: Display>(
             Value::from(record.files),
             Value::from(record.snapshot_id),
             Value::from(record.message.clone()),
+            Value::from(record.owner.clone()),
         ]],
     )?;
     append_batch(catalog, table.identifier(), rows).await
@@ -196,6 +198,7 @@ fn decode<S: FromStr<Err = Error>>(
         "target_table",
         "staging_table",
         "message",
+        "owner",
     ]
     .iter()
     .map(|n| column(n, &DataType::Utf8))
@@ -231,6 +234,7 @@ fn decode<S: FromStr<Err = Error>>(
                 target: string(2, row).unwrap_or_default(),
                 staging: string(3, row).unwrap_or_default(),
                 message: string(4, row),
+                owner: string(5, row),
                 rows: long(0, row),
                 files: long(1, row),
                 snapshot_id: long(2, row),

@@ -57,6 +57,8 @@ pub const PROP_CREATED_AT: &str = "icestage.created-at";
 pub const PROP_EXPIRES_AT: &str = "icestage.expires-at";
 /// Staging table property: why the last promotion failed.
 pub const PROP_MESSAGE: &str = "icestage.message";
+/// Table property (staging and download tables): who the session belongs to.
+pub const PROP_OWNER: &str = "icestage.owner";
 /// Staging table property: rule violations found by the last validation.
 pub const PROP_FINDINGS: &str = "icestage.findings";
 
@@ -181,6 +183,7 @@ pub(crate) struct SessionRecord<S> {
     pub(crate) snapshot_id: Option<i64>,
     pub(crate) findings: Option<i64>,
     pub(crate) message: Option<String>,
+    pub(crate) owner: Option<String>,
 }
 
 /// An upload's record.
@@ -202,6 +205,7 @@ impl<S: fmt::Display> SessionRecord<S> {
             Value::from(self.snapshot_id),
             Value::from(self.findings),
             Value::from(self.message.clone()),
+            Value::from(self.owner.clone()),
         ]
     }
 }
@@ -218,6 +222,7 @@ pub(crate) struct Staging {
     pub(crate) expires_at: Option<DateTime<Utc>>,
     pub(crate) message: Option<String>,
     pub(crate) findings: Option<i64>,
+    pub(crate) owner: Option<String>,
 }
 
 impl Staging {
@@ -256,6 +261,7 @@ impl Staging {
             expires_at: time(PROP_EXPIRES_AT),
             message: props.get(PROP_MESSAGE).cloned(),
             findings: props.get(PROP_FINDINGS).and_then(|v| v.parse().ok()),
+            owner: props.get(PROP_OWNER).cloned(),
             table,
         })
     }
@@ -276,6 +282,7 @@ impl Staging {
             snapshot_id: None,
             findings: self.findings,
             message: self.message.clone().filter(|m| !m.is_empty()),
+            owner: self.owner.clone(),
         }
     }
 
