@@ -152,6 +152,18 @@ impl Error {
         }
     }
 
+    /// The icestage error inside, when this one only carries it through
+    /// DataFusion; `self` otherwise.
+    pub fn root(&self) -> &Error {
+        if let Error::DataFusion(e) = self
+            && let DataFusionError::External(inner) = e.find_root()
+            && let Some(ours) = inner.downcast_ref::<Error>()
+        {
+            return ours.root();
+        }
+        self
+    }
+
     /// Shorthand for [`Error::InvalidInput`].
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidInput(message.into())

@@ -12,6 +12,7 @@ mod functions;
 mod ingest;
 mod plan;
 mod progress;
+pub mod service;
 pub mod sql;
 mod upload;
 

@@ -16,7 +16,8 @@ use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-use super::provider::jitter;
+use super::IcebergCatalog;
+use super::provider::{MAX_COMMIT_ATTEMPTS, jitter};
 use super::scoped::{LoadCheck, ScopedCatalog};
 use crate::error::{Error, Result};
 
@@ -40,7 +41,7 @@ const ALREADY_COMMITTED: &str = "these files were already committed to this tabl
 /// a snapshot with that property exists. Returns the snapshot that holds
 /// them and whether this call committed it.
 pub(crate) async fn append_once(
-    catalog: &Arc<dyn Catalog>,
+    catalog: &IcebergCatalog,
     table: &Table,
     files: Vec<DataFile>,
     key: &str,
@@ -57,6 +58,10 @@ pub(crate) async fn append_once(
                 None => Ok(()),
             },
         );
+    // Commits of this process to one table take turns; other processes are
+    // met by retries.
+    let _turn = catalog.exclusive(&table.identifier().to_string()).await;
+    let catalog = catalog.catalog();
     let guarded = ScopedCatalog::new(Arc::clone(catalog)).check_on_load(check);
     let mut base = table.clone();
     let mut attempt = 0u32;
@@ -87,7 +92,7 @@ pub(crate) async fn append_once(
                 )));
             }
             Err(e)
-                if attempt < 8
+                if attempt < MAX_COMMIT_ATTEMPTS
                     && (e.retryable()
                         || e.kind() == iceberg::ErrorKind::CatalogCommitConflicts) =>
             {

@@ -51,6 +51,8 @@ pub struct IcebergCatalog {
     aws: AwsSettings,
     /// Properties a third-party client (PyIceberg `load_catalog`) needs.
     client_properties: BTreeMap<String, String>,
+    /// Per-table turns for this process's commits (see [`Self::exclusive`]).
+    turns: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl fmt::Debug for IcebergCatalog {
@@ -149,6 +151,7 @@ impl IcebergCatalog {
             kind: CatalogKind::Sql { uri, warehouse },
             aws,
             client_properties,
+            turns: Default::default(),
         })
     }
 
@@ -200,6 +203,7 @@ impl IcebergCatalog {
             },
             aws,
             client_properties,
+            turns: Default::default(),
         })
     }
 
@@ -216,6 +220,16 @@ impl IcebergCatalog {
     /// The properties a client passes to PyIceberg's `load_catalog(name, **props)`.
     pub fn client_properties(&self) -> &BTreeMap<String, String> {
         &self.client_properties
+    }
+
+    /// A turn at committing to `key` (a table): this process's commits to
+    /// one table wait for each other instead of conflicting and retrying.
+    pub(crate) async fn exclusive(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut turns = self.turns.lock().expect("turns");
+            Arc::clone(turns.entry(key.to_string()).or_default())
+        };
+        lock.lock_owned().await
     }
 
     pub(crate) fn kind(&self) -> &CatalogKind {

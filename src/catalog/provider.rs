@@ -226,6 +226,8 @@ pub(crate) async fn append_batch(
     table: &TableIdent,
     rows: RecordBatch,
 ) -> Result<()> {
+    // Writers of this process take turns; other processes are met by retries.
+    let _turn = catalog.exclusive(&table.to_string()).await;
     let mut attempt = 0u32;
     loop {
         let ctx = SessionContext::new();
@@ -233,7 +235,7 @@ pub(crate) async fn append_batch(
         let input = MemorySourceConfig::try_new_exec(&[vec![rows.clone()]], rows.schema(), None)?;
         match insert_into(catalog, table, &state, input, &state.task_ctx()).await {
             Ok(_) => return Ok(()),
-            Err(e) if is_commit_conflict(&e) && attempt < 8 => {
+            Err(e) if is_commit_conflict(&e) && attempt < MAX_COMMIT_ATTEMPTS => {
                 attempt += 1;
                 tokio::time::sleep(jitter(attempt)).await;
             }
@@ -241,6 +243,9 @@ pub(crate) async fn append_batch(
         }
     }
 }
+
+/// How often a commit that keeps conflicting is tried before giving up.
+pub(crate) const MAX_COMMIT_ATTEMPTS: u32 = 30;
 
 /// A randomised pause before retry `attempt` (1-based).
 pub(crate) fn jitter(attempt: u32) -> Duration {

@@ -406,7 +406,7 @@ pub(crate) async fn copy_into(
     }
     log_rows(catalog, &name, &copy_id, "pending", &to_load).await?;
     let (snapshot_id, _) = append_once(
-        catalog.catalog(),
+        catalog,
         &target,
         data_files,
         SNAPSHOT_COPY_ID,

@@ -412,8 +412,15 @@ impl Command {
                 owner,
                 id,
             } => {
-                upload::create::create_upload(&ctx, catalog, target, ttl.as_deref(), owner.as_deref(), id.as_deref())
-                    .await?
+                upload::create::create_upload(
+                    &ctx,
+                    catalog,
+                    target,
+                    ttl.as_deref(),
+                    owner.as_deref(),
+                    id.as_deref(),
+                )
+                .await?
             }
             Command::PromoteUpload { id, dry_run, .. } => {
                 upload::promote::promote_upload(&ctx, id, *dry_run).await?

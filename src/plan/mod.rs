@@ -53,8 +53,18 @@ async fn plan_statement(
                 .build()?)
         }
         Statement::CreateUpload(create) => {
-            check_options("CREATE UPLOAD", &create.options, &["ttl", "owner", "upload_id"])?;
-            let option = |name: &str| create.options.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+            check_options(
+                "CREATE UPLOAD",
+                &create.options,
+                &["ttl", "owner", "upload_id"],
+            )?;
+            let option = |name: &str| {
+                create
+                    .options
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            };
             let owner = option("owner");
             let id = option("upload_id");
             if let Some(id) = &id {
@@ -97,7 +107,11 @@ async fn plan_statement(
         }
         Statement::AbortUpload(abort) => command_plan(Command::AbortUpload { id: abort.id }),
         Statement::CreateDownload { options, query } => {
-            check_options("CREATE DOWNLOAD", &options, &["ttl", "wait", "lease", "owner"])?;
+            check_options(
+                "CREATE DOWNLOAD",
+                &options,
+                &["ttl", "wait", "lease", "owner"],
+            )?;
             let option = |name: &str| {
                 options
                     .iter()

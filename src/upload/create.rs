@@ -89,7 +89,8 @@ fn upload_row(
 ) -> Result<RecordBatch> {
     let mut connection = catalog.client_properties().clone();
     connection.insert("name".to_string(), catalog.name().to_string());
-    let connection = serde_json::to_string(&connection).map_err(|e| Error::invalid(e.to_string()))?;
+    let connection =
+        serde_json::to_string(&connection).map_err(|e| Error::invalid(e.to_string()))?;
     batch(
         create_upload_schema(),
         &[vec![
@@ -121,7 +122,13 @@ async fn existing_upload(
         )));
     }
     let catalog = ctx.icestage.catalog(&record.catalog)?;
-    Ok(Some(upload_row(catalog, id, target, record.state.as_str(), record.expires_at)?))
+    Ok(Some(upload_row(
+        catalog,
+        id,
+        target,
+        record.state.as_str(),
+        record.expires_at,
+    )?))
 }
 
 pub(crate) async fn create_upload(
@@ -230,5 +237,11 @@ pub(crate) async fn create_upload(
         }
     }
 
-    upload_row(catalog, &id, &target_name, UploadState::Open.as_str(), Some(expires_at))
+    upload_row(
+        catalog,
+        &id,
+        &target_name,
+        UploadState::Open.as_str(),
+        Some(expires_at),
+    )
 }

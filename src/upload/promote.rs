@@ -223,7 +223,7 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
     };
     let files = data_files.len() as i64;
     let (snapshot_id, committed_here) = append_once(
-        staging.catalog.catalog(),
+        &staging.catalog,
         &target,
         data_files,
         SNAPSHOT_UPLOAD_ID,

@@ -222,18 +222,40 @@ async fn s3_tables_upload_by_a_client_holding_only_vended_credentials() {
     .await
     .unwrap();
     let download_id = value(&download, "download_id");
-    let read_only = run(&ctx, &format!("SELECT * FROM vend_credentials('{download_id}')")).await.unwrap();
+    let read_only = run(
+        &ctx,
+        &format!("SELECT * FROM vend_credentials('{download_id}')"),
+    )
+    .await
+    .unwrap();
     assert_eq!(value(&read_only, "mode"), "read");
     std::fs::write(&client_config, value(&read_only, "catalog_config")).unwrap();
     let reader = Command::new(env!("CARGO_BIN_EXE_icestage"))
         .env_clear()
         .current_dir(dir.path())
-        .args(["--catalog-config", client_config.to_str().unwrap(), "-q", "--format", "csv", "-c"])
-        .arg(format!("SELECT * FROM {}", value(&download, "download_table")))
+        .args([
+            "--catalog-config",
+            client_config.to_str().unwrap(),
+            "-q",
+            "--format",
+            "csv",
+            "-c",
+        ])
+        .arg(format!(
+            "SELECT * FROM {}",
+            value(&download, "download_table")
+        ))
         .output()
         .unwrap();
-    assert!(reader.status.success(), "{}", String::from_utf8_lossy(&reader.stderr));
-    assert_eq!(String::from_utf8_lossy(&reader.stdout), "transaction_id\nt2\n");
+    assert!(
+        reader.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reader.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&reader.stdout),
+        "transaction_id\nt2\n"
+    );
 
     // Credentials for a finished upload are refused.
     let refused = run(&ctx, &format!("SELECT * FROM vend_credentials('{id}')"))

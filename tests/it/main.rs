@@ -8,5 +8,6 @@ mod embedding;
 mod exactly_once;
 mod ingest;
 mod pyiceberg;
+mod service;
 mod shell;
 mod slt;

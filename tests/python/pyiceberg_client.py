@@ -35,10 +35,8 @@ def catalog(connection: str):
     return load_catalog(props.pop("name"), **props)
 
 
-def append(connection: str, staging_table: str, rows: int) -> None:
-    staging = catalog(connection).load_table(staging_table)
-    # The schema comes from the staging table the service created.
-    schema = staging.schema().as_arrow()
+def transactions(rows: int, names: list[str]) -> list[dict]:
+    """`rows` payment transactions, with the columns among `names`."""
     start = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
     records = [
         {
@@ -50,7 +48,14 @@ def append(connection: str, staging_table: str, rows: int) -> None:
         }
         for i in range(rows)
     ]
-    records = [{k: v for k, v in r.items() if k in schema.names} for r in records]
+    return [{k: v for k, v in r.items() if k in names} for r in records]
+
+
+def append(connection: str, staging_table: str, rows: int) -> None:
+    staging = catalog(connection).load_table(staging_table)
+    # The schema comes from the staging table the service created.
+    schema = staging.schema().as_arrow()
+    records = transactions(rows, schema.names)
     for r in records:
         if "note" in schema.names:
             r["note"] = "from pyiceberg"

@@ -49,6 +49,19 @@ struct Args {
     /// TOML file with one [[catalogs]] entry per catalog, instead of --warehouse.
     #[arg(long)]
     catalog_config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Option<Subcommand>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Subcommand {
+    /// Run the upload/download HTTP API (see the README's curl walk-through).
+    Serve {
+        /// Service config: catalogs, listen address, tokens, webhook.
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 /// How results are printed.
@@ -86,6 +99,10 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> icestage::Result<ExitCode> {
+    if let Some(Subcommand::Serve { config }) = &args.command {
+        icestage::service::serve(icestage::service::ServiceConfig::from_file(config)?).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let config = match &args.catalog_config {
         Some(path) => IcestageConfig::from_toml_file(path)?,
         None => IcestageConfig::embedded(&args.warehouse)?,

@@ -1,0 +1,179 @@
+//! The service's configuration file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::{CatalogConfig, IcestageConfig, parse_duration};
+use crate::credentials::Secret;
+use crate::error::{Error, Result};
+
+/// `icestage serve --config FILE`: the catalogs (a `warehouse` folder for
+/// the embedded catalog, or `[[catalogs]]` entries) and a `[service]` table.
+///
+/// ```toml
+/// warehouse = "./warehouse"
+///
+/// [service]
+/// listen = "127.0.0.1:8080"
+///
+/// [[service.tokens]]
+/// name = "acme"
+/// token = "sk_acme_..."
+/// tables = ["payments.transactions"]
+/// operations = ["upload", "download"]
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// Folder of the embedded catalog, when `catalogs` is empty.
+    #[serde(default)]
+    pub warehouse: Option<PathBuf>,
+    /// Catalog that two-part names resolve to.
+    #[serde(default)]
+    pub default_catalog: Option<String>,
+    /// The catalogs, as in `--catalog-config`.
+    #[serde(default)]
+    pub catalogs: Vec<CatalogConfig>,
+    /// The service itself.
+    pub service: ServiceSettings,
+}
+
+/// `[service]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSettings {
+    /// Address to listen on.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Largest request body accepted, in bytes.
+    #[serde(default = "default_body")]
+    pub max_body_bytes: usize,
+    /// How long a request may take, e.g. `30s`.
+    #[serde(default = "default_timeout")]
+    pub request_timeout: String,
+    /// Requests one token may make per minute.
+    #[serde(default = "default_rate")]
+    pub requests_per_minute: u32,
+    /// Key that turns idempotency keys into upload ids; give every replica
+    /// the same one so a retry reaches any of them. Random when unset.
+    #[serde(default)]
+    pub id_secret: Option<Secret>,
+    /// Where events go.
+    #[serde(default)]
+    pub webhook: Option<WebhookSettings>,
+    /// Who may call, and what.
+    #[serde(default)]
+    pub tokens: Vec<TokenSettings>,
+}
+
+/// `[service.webhook]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSettings {
+    /// The receiver's URL.
+    pub url: String,
+    /// The key of the `Icestage-Signature` HMAC.
+    pub secret: Secret,
+    /// How often to look for events to deliver, e.g. `2s`.
+    #[serde(default = "default_interval")]
+    pub interval: String,
+}
+
+/// `[[service.tokens]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSettings {
+    /// A name for the caller (recorded as the owner of what it creates).
+    pub name: String,
+    /// The bearer token.
+    pub token: Secret,
+    /// Tables it may upload to or download from, `namespace.table`.
+    pub tables: Vec<String>,
+    /// `upload`, `download`.
+    pub operations: Vec<String>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".to_string()
+}
+
+fn default_body() -> usize {
+    1024 * 1024
+}
+
+fn default_timeout() -> String {
+    "30s".to_string()
+}
+
+fn default_rate() -> u32 {
+    600
+}
+
+fn default_interval() -> String {
+    "2s".to_string()
+}
+
+impl ServiceConfig {
+    /// Reads and checks a service config file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Config(format!(
+                "cannot read service config '{}': {e}",
+                path.display()
+            ))
+        })?;
+        Self::from_toml_str(&text)
+            .map_err(|e| Error::Config(format!("in '{}': {}", path.display(), e.user_message())))
+    }
+
+    /// Parses and checks the TOML text of a service config.
+    pub fn from_toml_str(text: &str) -> Result<Self> {
+        let config: Self =
+            toml::from_str(text).map_err(|e| Error::Config(e.message().to_string()))?;
+        for token in &config.service.tokens {
+            for operation in &token.operations {
+                if operation != "upload" && operation != "download" {
+                    return Err(Error::Config(format!(
+                        "token '{}' has operation '{operation}': operations are upload and download",
+                        token.name
+                    )));
+                }
+            }
+        }
+        config.timeout()?;
+        if config.catalogs.is_empty() && config.warehouse.is_none() {
+            return Err(Error::Config(
+                "no catalog: set warehouse = \"<folder>\" or add [[catalogs]] entries".to_string(),
+            ));
+        }
+        Ok(config)
+    }
+
+    /// The catalogs to serve.
+    pub fn catalogs(&self) -> Result<IcestageConfig> {
+        if self.catalogs.is_empty() {
+            return IcestageConfig::embedded(self.warehouse.as_deref().expect("checked"));
+        }
+        Ok(IcestageConfig {
+            default_catalog: self.default_catalog.clone(),
+            catalogs: self.catalogs.clone(),
+        })
+    }
+
+    pub(crate) fn timeout(&self) -> Result<Duration> {
+        parse_duration(&self.service.request_timeout)
+    }
+
+    /// Tokens by their secret value.
+    pub(crate) fn tokens(&self) -> BTreeMap<String, TokenSettings> {
+        self.service
+            .tokens
+            .iter()
+            .map(|t| (t.token.expose().to_string(), t.clone()))
+            .collect()
+    }
+}

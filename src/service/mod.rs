@@ -1,0 +1,356 @@
+//! `icestage serve`: the upload/download HTTP API of the source design, as a
+//! thin axum service whose every endpoint runs icestage statements on one
+//! embedded session. It keeps no state of its own: two replicas on one
+//! catalog serve the same uploads.
+//!
+//! [`router`] builds the API (tested in-process); [`serve`] binds it and
+//! starts the webhook dispatcher.
+
+mod config;
+mod filter;
+mod handlers;
+mod openapi;
+mod webhooks;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::prelude::SessionContext;
+use hmac::{Hmac, Mac};
+use serde_json::{Value as Json, json};
+use sha2::Sha256;
+
+pub use self::config::{ServiceConfig, ServiceSettings, TokenSettings, WebhookSettings};
+use crate::context::Icestage;
+use crate::error::{Error, Result};
+
+/// The service's shared state.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    ctx: SessionContext,
+    icestage: Arc<Icestage>,
+    config: ServiceConfig,
+    tokens: BTreeMap<String, TokenSettings>,
+    id_secret: Vec<u8>,
+    timeout: Duration,
+    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    /// Uploads this process is promoting: a retried complete does not start
+    /// a second promotion here (another replica's is still safe: exactly
+    /// once holds in the catalog).
+    promoting: Mutex<HashSet<String>>,
+}
+
+impl AppState {
+    /// Opens the catalogs of `config` in a new session.
+    pub async fn new(config: ServiceConfig) -> Result<Self> {
+        let ctx = SessionContext::new();
+        let icestage = crate::register(&ctx, config.catalogs()?).await?;
+        let id_secret = match &config.service.id_secret {
+            Some(secret) => secret.expose().as_bytes().to_vec(),
+            None => rand::random::<[u8; 32]>().to_vec(),
+        };
+        Ok(Self(Arc::new(Inner {
+            tokens: config.tokens(),
+            timeout: config.timeout()?,
+            ctx,
+            icestage,
+            config,
+            id_secret,
+            buckets: Mutex::default(),
+            promoting: Mutex::default(),
+        })))
+    }
+
+    /// Runs one statement on the service's session.
+    pub(crate) async fn run(&self, sql: &str) -> std::result::Result<Vec<RecordBatch>, ApiError> {
+        let frame = crate::sql(&self.0.ctx, sql).await.map_err(ApiError::from)?;
+        frame
+            .collect()
+            .await
+            .map_err(|e| ApiError::from(Error::from(e)))
+    }
+
+    /// Promotes upload `id` in the background unless this process already
+    /// is; the outcome lands in the catalog, where GET /uploads/{id} reads it.
+    pub(crate) fn promote_in_background(&self, id: &str) {
+        if !self
+            .0
+            .promoting
+            .lock()
+            .expect("promoting")
+            .insert(id.to_string())
+        {
+            return;
+        }
+        let state = self.clone();
+        let id = id.to_string();
+        tokio::spawn(async move {
+            let _ = state.run(&format!("PROMOTE UPLOAD '{id}'")).await;
+            state.0.promoting.lock().expect("promoting").remove(&id);
+        });
+    }
+
+    /// The upload id for `key` from `caller`: a keyed hash, so a retried
+    /// create finds the same upload, on any replica sharing `id_secret`.
+    fn derived_id(&self, caller: &str, key: &str) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0.id_secret).expect("any key length");
+        mac.update(format!("upload:{caller}:{key}").as_bytes());
+        hex::encode(mac.finalize().into_bytes())[..32].to_string()
+    }
+}
+
+/// An API error: `{"error": {"code": ..., "message": ...}}` with a status.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        let message = error.user_message();
+        let (status, code) = match error.root() {
+            Error::InvalidUploadId(_) | Error::InvalidInput(_) => {
+                (StatusCode::BAD_REQUEST, "bad_request")
+            }
+            Error::UnknownUpload(_) | Error::TableNotFound { .. } => {
+                (StatusCode::NOT_FOUND, "not_found")
+            }
+            Error::UploadClosed { .. }
+            | Error::UploadState { .. }
+            | Error::DownloadState { .. }
+            | Error::ValidationFailed { .. } => (StatusCode::CONFLICT, "conflict"),
+            _ if message.contains("does not exist") => (StatusCode::NOT_FOUND, "not_found"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        Self::new(status, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone)]
+pub(crate) struct Caller(pub(crate) TokenSettings);
+
+impl Caller {
+    /// Checks that the caller may do `operation` on `table`.
+    pub(crate) fn allow(&self, operation: &str, table: &str) -> std::result::Result<(), ApiError> {
+        if !self.0.operations.iter().any(|o| o == operation) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("token '{}' may not {operation}", self.0.name),
+            ));
+        }
+        if !self.0.tables.iter().any(|t| t == table) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "token '{}' may not {operation} table '{table}': its tables are {}",
+                    self.0.name,
+                    self.0.tables.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn equal_time(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> std::result::Result<Self, ApiError> {
+        let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m);
+        let presented = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| unauthorized("send the token as Authorization: Bearer <token>"))?;
+        let token = state
+            .0
+            .tokens
+            .iter()
+            .find(|(secret, _)| equal_time(secret.as_bytes(), presented.as_bytes()))
+            .map(|(_, token)| token.clone())
+            .ok_or_else(|| unauthorized("the bearer token is not valid"))?;
+        // A token bucket per token: requests_per_minute, refilled continuously.
+        let rate = f64::from(state.0.config.service.requests_per_minute.max(1));
+        let mut buckets = state.0.buckets.lock().expect("buckets");
+        let (tokens, last) = buckets
+            .entry(token.name.clone())
+            .or_insert((rate, Instant::now()));
+        let now = Instant::now();
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate / 60.0).min(rate);
+        *last = now;
+        if *tokens < 1.0 {
+            let wait = ((1.0 - *tokens) * 60.0 / rate).ceil() as u64;
+            let mut error = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "token '{}' made more than {} requests a minute: retry after {wait}s",
+                    token.name, rate as u32
+                ),
+            );
+            error.retry_after = Some(wait.max(1));
+            return Err(error);
+        }
+        *tokens -= 1.0;
+        Ok(Caller(token))
+    }
+}
+
+/// Answers 504 when a request takes longer than `request_timeout`.
+async fn deadline(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(state.0.timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout",
+            format!(
+                "the request took longer than {}s",
+                state.0.timeout.as_secs()
+            ),
+        )
+        .into_response(),
+    }
+}
+
+/// The API; see the module documentation.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.0.config.service.max_body_bytes;
+    Router::new()
+        .route("/healthz", get(handlers::healthz))
+        .route("/openapi.json", get(openapi::document))
+        .route("/uploads", post(handlers::create_upload))
+        .route(
+            "/uploads/{id}",
+            get(handlers::upload_status).delete(handlers::abort_upload),
+        )
+        .route(
+            "/uploads/{id}/credentials",
+            post(handlers::upload_credentials),
+        )
+        .route("/uploads/{id}/complete", post(handlers::complete_upload))
+        .route("/uploads/{id}/findings", get(handlers::upload_findings))
+        .route("/downloads", post(handlers::create_download))
+        .route("/downloads/{id}", get(handlers::download_status))
+        .route(
+            "/downloads/{id}/credentials",
+            post(handlers::download_credentials),
+        )
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such endpoint: see /openapi.json",
+            )
+        })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            deadline,
+        ))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+/// Binds `config.service.listen`, starts the webhook dispatcher (when a
+/// webhook is configured) and serves until Ctrl-C.
+pub async fn serve(config: ServiceConfig) -> Result<()> {
+    let state = AppState::new(config).await?;
+    let listen = state.0.config.service.listen.clone();
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|e| Error::Config(format!("cannot listen on {listen}: {e}")))?;
+    if let Some(webhook) = state.0.config.service.webhook.clone() {
+        tokio::spawn(webhooks::dispatch(state.clone(), webhook));
+    }
+    eprintln!(
+        "icestage serve: listening on http://{}",
+        listener.local_addr()?
+    );
+    axum::serve(listener, router(state.clone()))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    state.0.icestage.finish_background_work().await;
+    Ok(())
+}
+
+/// Rows as JSON objects; string columns holding JSON objects (`connection`)
+/// become objects.
+pub(crate) fn json_rows(batches: &[RecordBatch]) -> Vec<serde_json::Map<String, Json>> {
+    let mut out = vec![];
+    for batch in batches {
+        let mut writer = datafusion::arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, datafusion::arrow::json::writer::JsonArray>(Vec::new());
+        if writer.write(batch).is_err() || writer.finish().is_err() {
+            continue;
+        }
+        let rows: Vec<serde_json::Map<String, Json>> =
+            serde_json::from_slice(&writer.into_inner()).unwrap_or_default();
+        for mut row in rows {
+            for (_, value) in row.iter_mut() {
+                if let Json::String(text) = value
+                    && text.starts_with('{')
+                    && let Ok(object @ Json::Object(_)) = serde_json::from_str::<Json>(text)
+                {
+                    *value = object;
+                }
+            }
+            out.push(row);
+        }
+    }
+    out
+}

@@ -1,0 +1,102 @@
+//! `GET /openapi.json`: the API, described for clients and tools.
+
+use axum::Json;
+use serde_json::{Value, json};
+
+fn error() -> Value {
+    json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
+fn ok(description: &str, schema: &str) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}}})
+}
+
+fn id_parameter() -> Value {
+    json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"}})
+}
+
+fn errors(mut responses: Value) -> Value {
+    for code in [
+        "400", "401", "403", "404", "409", "413", "422", "429", "500", "504",
+    ] {
+        responses[code] = error();
+    }
+    responses
+}
+
+/// The OpenAPI 3 document.
+pub(crate) fn spec() -> Value {
+    let string = json!({"type": "string"});
+    let status = json!({"type": "object", "additionalProperties": true});
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "icestage",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Staged bulk uploads and downloads over Apache Iceberg: write rows into a staging \
+                table with any Iceberg client, then complete; read a download table with read-only access.",
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/healthz": {"get": {"summary": "liveness and catalog reachability", "security": [],
+                "responses": {"200": {"description": "ok"}}}},
+            "/uploads": {"post": {"summary": "open an upload: a staging table with the target's schema",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CreateUpload"}}}},
+                "responses": errors(json!({"201": ok("the upload", "Upload")}))}},
+            "/uploads/{id}": {
+                "get": {"summary": "state, counts and findings summary", "parameters": [id_parameter()],
+                    "responses": errors(json!({"200": ok("status", "UploadStatus")}))},
+                "delete": {"summary": "abort: discard the staged rows", "parameters": [id_parameter()],
+                    "responses": errors(json!({"200": ok("aborted", "UploadStatus")}))}},
+            "/uploads/{id}/credentials": {"post": {"summary": "credentials for the staging table only",
+                "parameters": [id_parameter()], "responses": errors(json!({"200": ok("credentials", "Credentials")}))}},
+            "/uploads/{id}/complete": {"post": {"summary": "validate and promote in the background",
+                "parameters": [id_parameter()], "responses": errors(json!({"202": ok("accepted", "UploadStatus")}))}},
+            "/uploads/{id}/findings": {"get": {"summary": "row-level findings, paged", "parameters": [id_parameter(),
+                    {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+                    {"name": "page_size", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}],
+                "responses": errors(json!({"200": ok("findings", "Findings")}))}},
+            "/downloads": {"post": {"summary": "start a download of a table, filtered",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CreateDownload"}}}},
+                "responses": errors(json!({"202": ok("the download", "DownloadStatus")}))}},
+            "/downloads/{id}": {"get": {"summary": "pending, ready or failed", "parameters": [id_parameter()],
+                "responses": errors(json!({"200": ok("status", "DownloadStatus")}))}},
+            "/downloads/{id}/credentials": {"post": {"summary": "read-only credentials for the download table",
+                "parameters": [id_parameter()], "responses": errors(json!({"200": ok("credentials", "Credentials")}))}},
+            "/openapi.json": {"get": {"summary": "this document", "security": [], "responses": {"200": {"description": "OpenAPI 3"}}}},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object",
+                    "required": ["code", "message"], "properties": {"code": string, "message": string}}}},
+                "CreateUpload": {"type": "object", "required": ["table"], "additionalProperties": false, "properties": {
+                    "table": {"type": "string", "example": "payments.transactions"},
+                    "ttl": {"type": "string", "example": "24h"},
+                    "idempotency_key": {"type": "string", "description": "a retried create with the same key returns the same upload"}}},
+                "Upload": {"type": "object", "properties": {"upload_id": string, "staging_table": string,
+                    "target_table": string, "state": string, "expires_at": string, "catalog": string,
+                    "connection": {"type": "object", "description": "properties for PyIceberg's load_catalog(name, **props)"}}},
+                "UploadStatus": status.clone(),
+                "DownloadStatus": status,
+                "Credentials": {"type": "object", "properties": {"id": string, "mode": string, "table_name": string,
+                    "access_key_id": string, "secret_access_key": string, "session_token": string, "expiration": string,
+                    "region": string, "connection": {"type": "object"}, "catalog_config": string}},
+                "Findings": {"type": "object", "properties": {"upload_id": string, "page": {"type": "integer"},
+                    "page_size": {"type": "integer"}, "total": {"type": "integer"}, "items": {"type": "array", "items": {"type": "object"}}}},
+                "CreateDownload": {"type": "object", "required": ["table"], "additionalProperties": false, "properties": {
+                    "table": string, "ttl": string,
+                    "columns": {"type": "array", "items": {"type": "string"}},
+                    "filter": {"type": "array", "items": {"type": "object", "required": ["column", "op"],
+                        "additionalProperties": false, "properties": {"column": string,
+                        "op": {"type": "string", "enum": ["eq", "ne", "lt", "le", "gt", "ge", "in", "is_null", "not_null"]},
+                        "value": {"description": "typed as the column: number, string, boolean, date or timestamp string, or an array for in"}}}},
+                    "limit": {"type": "integer", "minimum": 1}}},
+            }
+        }
+    })
+}
+
+pub(crate) async fn document() -> Json<Value> {
+    Json(spec())
+}
