@@ -2,8 +2,9 @@
 //! table, exactly once per file.
 //!
 //! The table is created from the files' schema when missing. The selected
-//! files are read one at a time and written as the table's own Parquet files
-//! (streaming), then appended in one commit. Which files were loaded (URI,
+//! files are read (one task per file, as many at once as there are cores) and
+//! written as the table's own Parquet files (streaming), then appended in one
+//! commit. Which files were loaded (URI,
 //! size, ETag or version) is recorded in the catalog's `icestage.copy_log`
 //! table under a copy id that the commit's snapshot also carries: a log row
 //! counts only once its copy id is proven, by that snapshot or by the
@@ -18,10 +19,11 @@ use chrono::Utc;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::expr::Reference;
-use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, Type};
+use iceberg::spec::{DataFile, Datum, NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
@@ -313,6 +315,22 @@ fn sql_type(data_type: &DataType) -> Result<String> {
     })
 }
 
+/// Writes the rows of `source` as data files of `target`.
+async fn copy_file(
+    target: &Table,
+    source: Arc<Source>,
+    file_prefix: &str,
+) -> Result<Vec<DataFile>> {
+    let select = projection(target, &source)?;
+    let session = SessionContext::new();
+    session.register_table("source", Arc::new(PrefixTable::new(source)))?;
+    let frame = session
+        .sql(&format!("SELECT {} FROM source", select.join(", ")))
+        .await?;
+    let stream = frame.execute_stream().await?.map_err(Error::from);
+    write_rows(target, file_prefix, stream).await
+}
+
 pub(crate) async fn copy_into(
     ctx: &CommandContext,
     catalog: &str,
@@ -383,36 +401,36 @@ pub(crate) async fn copy_into(
         None => target_table(catalog, ident, &first).await?,
     };
     let copy_id = uuid::Uuid::new_v4().to_string();
+    // Files are read and written on their own tasks, as many at once as
+    // there are cores; each streams, so memory grows with that count only.
+    let parallel = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut copies = futures::stream::iter(to_load.iter().cloned().enumerate())
+        .map(|(n, file)| {
+            let first = (n == 0).then(|| Arc::clone(&first));
+            let (access, target, options) = (access.clone(), target.clone(), options.clone());
+            let prefix = format!("icestage-copy-{copy_id}-{n:05}");
+            tokio::spawn(async move {
+                let size = file.meta.size;
+                let source = match first {
+                    Some(source) => source,
+                    None => Arc::new(Source::of_files(access, vec![file], format, &options).await?),
+                };
+                Ok::<_, Error>((copy_file(&target, source, &prefix).await?, size))
+            })
+        })
+        .buffered(parallel);
     let mut data_files = vec![];
     let mut rows = 0i64;
-    for (n, file) in to_load.iter().enumerate() {
-        let source = if n == 0 {
-            Arc::clone(&first)
-        } else {
-            Arc::new(Source::of_files(access.clone(), vec![file.clone()], format, options).await?)
-        };
-        let select = projection(&target, &source)?;
-        let session = SessionContext::new();
-        session.register_table("source", Arc::new(PrefixTable::new(source)))?;
-        let frame = session
-            .sql(&format!("SELECT {} FROM source", select.join(", ")))
-            .await?;
-        let stream = frame.execute_stream().await?.map_err(Error::from);
-        let written =
-            write_rows(&target, &format!("icestage-copy-{copy_id}-{n:05}"), stream).await?;
+    while let Some(copied) = copies.next().await {
+        let (written, size) =
+            copied.map_err(|e| Error::from(DataFusionError::ExecutionJoin(Box::new(e))))??;
         rows += written.iter().map(|f| f.record_count() as i64).sum::<i64>();
         data_files.extend(written);
-        progress.advance(1, file.meta.size);
+        progress.advance(1, size);
     }
     log_rows(catalog, &name, &copy_id, "pending", &to_load).await?;
-    let (snapshot_id, _) = append_once(
-        catalog,
-        &target,
-        data_files,
-        SNAPSHOT_COPY_ID,
-        &copy_id,
-    )
-    .await?;
+    let (snapshot_id, _) =
+        append_once(catalog, &target, data_files, SNAPSHOT_COPY_ID, &copy_id).await?;
     log_rows(catalog, &name, &copy_id, "committed", &[]).await?;
     progress.finish();
     result_row(

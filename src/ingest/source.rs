@@ -33,7 +33,8 @@ use crate::error::{Error, Result};
 pub(crate) enum Location {
     /// `s3://bucket/prefix` (or `s3a://`); `bucket` empty for `s3://`.
     S3 { bucket: String, prefix: String },
-    /// `file:///folder/`
+    /// `file:///folder/`, or a plain path (relative to the working
+    /// directory, as DuckDB reads them).
     Local { path: PathBuf },
 }
 
@@ -59,9 +60,14 @@ impl Location {
                 path: PathBuf::from(path),
             });
         }
-        Err(Error::invalid(format!(
-            "'{uri}' is not an s3://, s3a:// or file:// URI: write s3://bucket/prefix/ or file:///folder/"
-        )))
+        if uri.contains("://") || uri.is_empty() {
+            return Err(Error::invalid(format!(
+                "'{uri}' is not an s3://, s3a:// or file:// URI: write s3://bucket/prefix/, file:///folder/ or a local path"
+            )));
+        }
+        let path = std::path::absolute(uri)
+            .map_err(|e| Error::invalid(format!("'{uri}' is not a usable local path: {e}")))?;
+        Ok(Self::Local { path })
     }
 }
 
@@ -518,6 +524,12 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("is not an s3://, s3a:// or file:// URI")
+        );
+        assert_eq!(
+            Location::parse("data/in/").unwrap(),
+            Location::Local {
+                path: std::env::current_dir().unwrap().join("data/in/")
+            }
         );
         assert_eq!(parent_uri("s3://b/in/"), "s3://b/");
     }

@@ -33,7 +33,15 @@ use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use parquet::basic::{Compression, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+
+/// The zstd level when the table names none.
+const ZSTD_LEVEL: i32 = 3;
+/// A column chunk stops dictionary-encoding (falls back to plain) once its
+/// dictionary holds this many bytes: low-cardinality columns stay encoded,
+/// unique keys and timestamps stop paying for hashing early.
+const DICTIONARY_PAGE_BYTES: usize = 256 * 1024;
 
 use super::Staging;
 use crate::error::{Error, Result};
@@ -139,6 +147,56 @@ pub(crate) async fn rewrite(staging: &Staging, target: &Table) -> Result<Vec<Dat
     write_rows(target, &format!("icestage-{}", staging.id), rows).await
 }
 
+/// The table property naming the Parquet codec of new data files.
+const CODEC_PROPERTY: &str = "write.parquet.compression-codec";
+/// The table property naming the codec's level.
+const LEVEL_PROPERTY: &str = "write.parquet.compression-level";
+
+/// Parquet settings from the table's `write.parquet.compression-codec` and
+/// `-level` properties (Iceberg's names), zstd when unset as in Iceberg.
+fn writer_properties(target: &Table) -> Result<WriterProperties> {
+    let properties = target.metadata().properties();
+    let table = target.identifier();
+    let codec = properties
+        .get(CODEC_PROPERTY)
+        .map_or("zstd".to_string(), |c| c.to_ascii_lowercase());
+    let level = properties
+        .get(LEVEL_PROPERTY)
+        .map(|l| l.parse::<i32>())
+        .transpose()
+        .map_err(|_| {
+            Error::invalid(format!(
+                "table '{table}' has {LEVEL_PROPERTY} = '{}': set a whole number or remove it",
+                properties[LEVEL_PROPERTY]
+            ))
+        })?;
+    let bad_level = |e: parquet::errors::ParquetError| {
+        Error::invalid(format!(
+            "table '{table}' has {LEVEL_PROPERTY} = {level:?} for {codec}: {e}"
+        ))
+    };
+    let compression = match codec.as_str() {
+        "zstd" => {
+            Compression::ZSTD(ZstdLevel::try_new(level.unwrap_or(ZSTD_LEVEL)).map_err(bad_level)?)
+        }
+        "gzip" => {
+            Compression::GZIP(GzipLevel::try_new(level.unwrap_or(6) as u32).map_err(bad_level)?)
+        }
+        "snappy" => Compression::SNAPPY,
+        "lz4" => Compression::LZ4_RAW,
+        "uncompressed" | "none" => Compression::UNCOMPRESSED,
+        other => {
+            return Err(Error::invalid(format!(
+                "table '{table}' has {CODEC_PROPERTY} = '{other}': use zstd, snappy, gzip, lz4 or uncompressed"
+            )));
+        }
+    };
+    Ok(WriterProperties::builder()
+        .set_compression(compression)
+        .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
+        .build())
+}
+
 /// Writes `rows` (columns named as the target's; types are cast) as new
 /// Parquet files of `target`, split by its partition spec, streaming.
 /// Returns the data files, not yet committed.
@@ -151,7 +209,7 @@ pub(crate) async fn write_rows(
     let schema = metadata.current_schema();
     let arrow: ArrowSchemaRef = Arc::new(schema_to_arrow_schema(schema)?);
     let files = RollingFileWriterBuilder::new_with_default_file_size(
-        ParquetWriterBuilder::new(WriterProperties::default(), Arc::clone(schema)),
+        ParquetWriterBuilder::new(writer_properties(target)?, Arc::clone(schema)),
         target.file_io().clone(),
         DefaultLocationGenerator::new(metadata)?,
         DefaultFileNameGenerator::new(file_prefix.to_string(), None, DataFileFormat::Parquet),

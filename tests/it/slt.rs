@@ -7,7 +7,9 @@
 //! is a separate session on the same catalog (as another process would be).
 //!
 //! Volatile values are masked before comparing: upload ids read as
-//! `<upload_id>`, snapshot ids (15 or more digits) as `<snapshot_id>`.
+//! `<upload_id>`, snapshot ids (15 or more digits) as `<snapshot_id>`, the
+//! repository's folder as `<repo>`. Files run with the repository as the
+//! working directory, so `'sql/data/...'` paths reach the fixtures.
 //!
 //! Set `ICESTAGE_SLT_COMPLETE=1` to rewrite the expected results from the
 //! actual ones (then review the diff).
@@ -159,7 +161,8 @@ fn normalize(text: &String) -> String {
     static SNAPSHOT_ID: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b[0-9]{15,}\b").unwrap());
     let masked = UPLOAD_ID.replace_all(text, "<upload_id>");
     let masked = SNAPSHOT_ID.replace_all(&masked, "<snapshot_id>");
-    sqllogictest::default_normalizer(&masked.to_string())
+    let masked = masked.replace(repo().to_str().expect("a UTF-8 path"), "<repo>");
+    sqllogictest::default_normalizer(&masked)
 }
 
 fn slt_files() -> Vec<PathBuf> {

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# COPY INTO against DuckDB on the same files (benches/compare_ingest.py):
+# 1M rows as 8 CSV files, gzip'd CSV and Parquet. Installs DuckDB into .venv
+# (the tests do not need it), builds icestage in release mode and prints the
+# times, peak memory and ratios. Extra arguments go to the script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/icestage/target}"
+./scripts/setup-venv.sh
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r benches/requirements.txt
+cargo build --release --locked --bin icestage
+.venv/bin/python benches/compare_ingest.py --icestage "$CARGO_TARGET_DIR/release/icestage" "$@"
