@@ -1,20 +1,30 @@
-//! Filling a download table in the background: the pinned query streams
-//! through iceberg-datafusion's writer (files written in the engine's
-//! parallel partitions, one commit), while a heartbeat in the table's
-//! properties tells other processes that the filler is alive.
+//! Filling a download table in the background: each of the pinned query's
+//! partitions streams into its own Parquet files on its own task (the
+//! writer promotion and COPY INTO use), then one commit appends them all,
+//! while a heartbeat in the table's properties tells other processes that
+//! the filler is alive. Memory grows with the partitions and row groups in
+//! flight, not with the download.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use datafusion::error::DataFusionError;
+use datafusion::execution::TaskContext;
 use datafusion::execution::context::SessionState;
 use datafusion::physical_plan::ExecutionPlan;
+use futures::TryStreamExt;
 
 use super::{Download, DownloadId, DownloadState, PROP_FILES, PROP_HEARTBEAT_AT, PROP_ROWS};
 use crate::catalog::IcebergCatalog;
-use crate::catalog::provider::insert_into;
+use crate::catalog::commit::append_once;
+use crate::error::{Error, Result};
+use crate::upload::transfer::write_rows;
 use crate::upload::{PROP_MESSAGE, PROP_STATE, failpoint};
+
+/// Snapshot summary key carrying the download id (the commit's evidence).
+const SNAPSHOT_DOWNLOAD_ID: &str = "icestage.download-id";
 
 fn pending(props: &HashMap<String, String>) -> bool {
     props
@@ -45,6 +55,38 @@ async fn heartbeat(catalog: Arc<IcebergCatalog>, id: DownloadId, lease: Duration
     }
 }
 
+/// Writes every partition of `input` into the download table, one task per
+/// partition, and appends the files in one commit. Returns the row count.
+async fn write(
+    catalog: &IcebergCatalog,
+    id: &DownloadId,
+    input: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
+) -> Result<u64> {
+    let table = catalog.catalog().load_table(&id.table()).await?;
+    // Dropping the set (on the first error) stops the other partitions.
+    let mut writers = tokio::task::JoinSet::new();
+    for partition in 0..input.properties().output_partitioning().partition_count() {
+        let rows = input
+            .execute(partition, Arc::clone(&task))?
+            .map_err(Error::from);
+        let (table, prefix) = (
+            table.clone(),
+            format!("icestage-download-{id}-{partition:04}"),
+        );
+        writers.spawn(async move { write_rows(&table, &prefix, rows).await });
+    }
+    let mut files = vec![];
+    while let Some(written) = writers.join_next().await {
+        files.extend(
+            written.map_err(|e| Error::from(DataFusionError::ExecutionJoin(Box::new(e))))??,
+        );
+    }
+    let rows = files.iter().map(|f| f.record_count()).sum();
+    append_once(catalog, &table, files, SNAPSHOT_DOWNLOAD_ID, id.as_str()).await?;
+    Ok(rows)
+}
+
 /// Runs `input` into the download table and records the outcome.
 pub(crate) async fn fill(
     catalog: Arc<IcebergCatalog>,
@@ -55,14 +97,7 @@ pub(crate) async fn fill(
 ) {
     let beating = tokio::spawn(heartbeat(Arc::clone(&catalog), id.clone(), lease));
     failpoint("download.fill");
-    let written = insert_into(
-        &catalog,
-        &id.table(),
-        session.as_ref(),
-        input,
-        &session.task_ctx(),
-    )
-    .await;
+    let written = write(&catalog, &id, input, session.task_ctx()).await;
     beating.abort();
     let Some(mut download) = load(&catalog, &id).await else {
         // Dropped while it was being filled.
