@@ -16,12 +16,11 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{Array, RecordBatch, UInt64Array};
 use datafusion::catalog::Session;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
-use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::physical_plan::{ExecutionPlan, collect};
-use datafusion::prelude::SessionContext;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableIdent};
 use iceberg_datafusion::IcebergCatalogProvider as UpstreamCatalogProvider;
 
@@ -29,6 +28,7 @@ use super::scoped::ScopedCatalog;
 use super::{IcebergCatalog, block_on};
 use crate::error::{Error, Result};
 use crate::plan::node::project;
+use crate::upload::transfer::write_rows;
 
 /// An Iceberg catalog as a DataFusion catalog.
 #[derive(Debug)]
@@ -217,10 +217,12 @@ pub(crate) async fn insert_into(
     Ok(rows)
 }
 
-/// Appends `rows` to an Iceberg table in one commit, from an internal
-/// session. iceberg's own commit retries conflicts with backoff but no
-/// jitter, so a crowd of concurrent writers can exhaust it; the whole append
-/// is retried with jitter.
+/// Appends `rows` (a few log rows) to an Iceberg table in one commit: one
+/// data file, one `fast_append` without iceberg's duplicate-file check (it
+/// reads every manifest of the table, so a log's appends would cost more as
+/// the log grows). iceberg's own commit retries conflicts with backoff but
+/// no jitter, so a crowd of concurrent writers can exhaust it; the commit is
+/// retried with jitter on a freshly loaded table.
 pub(crate) async fn append_batch(
     catalog: &IcebergCatalog,
     table: &TableIdent,
@@ -228,16 +230,28 @@ pub(crate) async fn append_batch(
 ) -> Result<()> {
     // Writers of this process take turns; other processes are met by retries.
     let _turn = catalog.exclusive(&table.to_string()).await;
+    let current = catalog.catalog().load_table(table).await?;
+    let prefix = format!("icestage-{}", uuid::Uuid::new_v4());
+    let files = write_rows(&current, &prefix, futures::stream::iter([Ok(rows)])).await?;
+    let mut base = current;
     let mut attempt = 0u32;
     loop {
-        let ctx = SessionContext::new();
-        let state = ctx.state();
-        let input = MemorySourceConfig::try_new_exec(&[vec![rows.clone()]], rows.schema(), None)?;
-        match insert_into(catalog, table, &state, input, &state.task_ctx()).await {
+        let tx = Transaction::new(&base);
+        let tx = tx
+            .fast_append()
+            .with_check_duplicate(false)
+            .add_data_files(files.clone())
+            .apply(tx)?;
+        match tx
+            .commit(catalog.catalog().as_ref())
+            .await
+            .map_err(Error::from)
+        {
             Ok(_) => return Ok(()),
             Err(e) if is_commit_conflict(&e) && attempt < MAX_COMMIT_ATTEMPTS => {
                 attempt += 1;
                 tokio::time::sleep(jitter(attempt)).await;
+                base = catalog.catalog().load_table(table).await?;
             }
             Err(e) => return Err(e),
         }
