@@ -209,7 +209,8 @@ pub(crate) fn sqlite_path(uri: &str) -> Option<PathBuf> {
     (!rest.is_empty()).then(|| PathBuf::from(rest))
 }
 
-/// Parses a duration such as `90s`, `30m`, `24h`, `7d` (a bare number is seconds).
+/// Parses a duration such as `500ms`, `90s`, `30m`, `24h`, `7d` (a bare
+/// number is seconds).
 pub fn parse_duration(text: &str) -> Result<Duration> {
     let trimmed = text.trim();
     let split = trimmed
@@ -218,23 +219,33 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
     let (number, unit) = trimmed.split_at(split);
     let bad = || {
         Error::invalid(format!(
-            "'{text}' is not a duration: write a whole number with a unit, e.g. '90s', '30m', '24h', '7d'"
+            "'{text}' is not a duration: write a whole number with a unit, e.g. '500ms', '90s', '30m', '24h', '7d'"
         ))
     };
     let value: u64 = number.parse().map_err(|_| bad())?;
-    let seconds = match unit.trim() {
-        "" | "s" | "sec" | "secs" | "seconds" => value,
-        "m" | "min" | "mins" | "minutes" => value * 60,
-        "h" | "hour" | "hours" => value * 3600,
-        "d" | "day" | "days" => value * 86_400,
+    let duration = match unit.trim() {
+        "ms" | "millis" | "milliseconds" => Duration::from_millis(value),
+        "" | "s" | "sec" | "secs" | "seconds" => Duration::from_secs(value),
+        "m" | "min" | "mins" | "minutes" => Duration::from_secs(value * 60),
+        "h" | "hour" | "hours" => Duration::from_secs(value * 3600),
+        "d" | "day" | "days" => Duration::from_secs(value * 86_400),
         _ => return Err(bad()),
     };
-    if seconds == 0 {
+    if duration.is_zero() {
         return Err(Error::invalid(format!(
             "duration '{text}' is zero: give a positive duration such as '24h'"
         )));
     }
-    Ok(Duration::from_secs(seconds))
+    Ok(duration)
+}
+
+/// `duration` as [`parse_duration`] reads it back: `1500ms`, `90s`.
+pub fn format_duration(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
 }
 
 #[cfg(test)]
@@ -251,9 +262,13 @@ mod tests {
             Duration::from_secs(172_800)
         );
         assert_eq!(parse_duration("15").unwrap(), Duration::from_secs(15));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(format_duration(Duration::from_secs(30)), "30s");
         let err = parse_duration("soon").unwrap_err().to_string();
         assert!(err.contains("'soon' is not a duration"), "{err}");
         assert!(parse_duration("0h").is_err());
+        assert!(parse_duration("0ms").is_err());
         assert!(parse_duration("3w").is_err());
     }
 

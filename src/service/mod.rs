@@ -30,6 +30,7 @@ use serde_json::{Value as Json, json};
 use sha2::Sha256;
 
 pub use self::config::{ServiceConfig, ServiceSettings, TokenSettings, WebhookSettings};
+use crate::config::format_duration;
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 
@@ -257,8 +258,10 @@ async fn deadline(State(state): State<AppState>, request: Request, next: Next) -
             StatusCode::GATEWAY_TIMEOUT,
             "timeout",
             format!(
-                "the request took longer than {}s",
-                state.0.timeout.as_secs()
+                "the request took longer than the service's request_timeout ({}): \
+                 retry it; a retried POST /uploads with the same idempotency_key \
+                 returns the same upload",
+                format_duration(state.0.timeout)
             ),
         )
         .into_response(),

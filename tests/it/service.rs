@@ -82,6 +82,12 @@ fn design_client_promotes(service: &Service, rows: usize) {
 }
 
 /// Sends one request through the router; returns status and JSON body.
+/// The service's router for a config given as TOML text.
+async fn app(config_text: &str) -> axum::Router {
+    let config = ServiceConfig::from_toml_str(config_text).unwrap();
+    router(AppState::new(config).await.unwrap())
+}
+
 async fn call(
     app: &axum::Router,
     method: &str,
@@ -147,11 +153,7 @@ async fn poll_until(app: &axum::Router, path: &str, states: &[&str]) -> Value {
 async fn the_upload_and_download_flow_through_the_router() {
     let warehouse = Warehouse::new();
     target(&warehouse).await;
-    let app = router(
-        AppState::new(ServiceConfig::from_toml_str(&config(&warehouse, "")).unwrap())
-            .await
-            .unwrap(),
-    );
+    let app = app(&config(&warehouse, "")).await;
 
     let (status, health) = call(&app, "GET", "/healthz", None, None).await;
     assert_eq!((status, health), (StatusCode::OK, json!({"status": "ok"})));
@@ -351,11 +353,7 @@ async fn bad_requests_are_refused_with_a_clear_error_before_the_catalog() {
     let text_config = config(&warehouse, "")
         .replace("requests_per_minute = 10000\n", "")
         .replace("[service]\n", &format!("[service]\n{limits}\n"));
-    let app = router(
-        AppState::new(ServiceConfig::from_toml_str(&text_config).unwrap())
-            .await
-            .unwrap(),
-    );
+    let app = app(&text_config).await;
     let upload = r#"{"table": "payments.transactions"}"#;
     let cases: Vec<BadRequest> = vec![
         ("POST", "/uploads", None, Some(upload.into()), StatusCode::UNAUTHORIZED, "send the token as Authorization: Bearer <token>"),
@@ -428,11 +426,7 @@ async fn each_token_has_a_rate_limit() {
     let warehouse = Warehouse::new();
     let limited =
         config(&warehouse, "").replace("requests_per_minute = 10000", "requests_per_minute = 3");
-    let app = router(
-        AppState::new(ServiceConfig::from_toml_str(&limited).unwrap())
-            .await
-            .unwrap(),
-    );
+    let app = app(&limited).await;
     for _ in 0..3 {
         let (status, _) = call(
             &app,
@@ -469,6 +463,53 @@ async fn each_token_has_a_rate_limit() {
     )
     .await;
     assert_ne!(status, StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// A request slower than `request_timeout` is cut off with 504, and being
+/// cut off half-way leaves nothing half-made: the retry with the same
+/// idempotency key, given time to finish, opens exactly one upload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_its_deadline_gets_504_and_its_retry_opens_one_upload() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let create = r#"{"table": "payments.transactions", "idempotency_key": "nightly-2026-11-29"}"#;
+
+    let hurried = app(&config(&warehouse, r#"request_timeout = "1ms""#)).await;
+    let (status, error) = call(&hurried, "POST", "/uploads", Some(TOKEN), Some(create)).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{error}");
+    assert_eq!(error["error"]["code"], "timeout", "{error}");
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("longer than the service's request_timeout (1ms)")
+            && message.contains("same idempotency_key"),
+        "{message}"
+    );
+
+    let patient = app(&config(&warehouse, "")).await;
+    let (status, upload) = call(&patient, "POST", "/uploads", Some(TOKEN), Some(create)).await;
+    assert!(status.is_success(), "{status}: {upload}");
+    let (_, again) = call(&patient, "POST", "/uploads", Some(TOKEN), Some(create)).await;
+    let id = text(&upload, "upload_id");
+    assert_eq!(text(&again, "upload_id"), id);
+    let ctx = warehouse.session().await;
+    assert_eq!(
+        scalar(&ctx, "SELECT count(*) FROM uploads()").await,
+        "1",
+        "the cut-off create and its retries opened one upload"
+    );
+    let (status, got) = call(
+        &patient,
+        "GET",
+        &format!("/uploads/{id}"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, text(&got, "state")),
+        (StatusCode::OK, "open".to_string()),
+        "{got}"
+    );
 }
 
 /// An `icestage serve` process, killed when dropped. `ICESTAGE_SERVE_BIN`
