@@ -1,4 +1,5 @@
-//! Appending data files exactly once.
+//! Appending data files: plainly ([`append_files`]), or exactly once
+//! ([`append_once`]).
 //!
 //! The snapshot that adds the files carries an evidence property (an upload
 //! id, a copy id). The commit runs through a catalog that looks for that
@@ -11,13 +12,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use iceberg::Catalog;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, TableIdent};
 
 use super::IcebergCatalog;
-use super::provider::{MAX_COMMIT_ATTEMPTS, jitter};
+use super::provider::{MAX_COMMIT_ATTEMPTS, is_commit_conflict, jitter};
 use super::scoped::{LoadCheck, ScopedCatalog};
 use crate::error::{Error, Result};
 
@@ -33,6 +34,43 @@ pub(crate) fn snapshot_with(table: &Table, key: &str, value: &str) -> Option<i64
                 .is_some_and(|v| v == value)
         })
         .map(|s| s.snapshot_id())
+}
+
+/// Appends `files` to table `ident` in one snapshot. The commit skips
+/// iceberg's duplicate-file check, which reads every manifest of the table
+/// (the files are new: their names are unique). iceberg retries conflicts
+/// with backoff but no jitter, so a crowd of concurrent writers can exhaust
+/// it; the commit is retried again with jitter on the reloaded table.
+pub(crate) async fn append_files(
+    catalog: &IcebergCatalog,
+    ident: &TableIdent,
+    files: Vec<DataFile>,
+) -> Result<()> {
+    // Commits of this process to one table take turns; other processes are
+    // met by retries.
+    let _turn = catalog.exclusive(&ident.to_string()).await;
+    let mut attempt = 0u32;
+    loop {
+        let base = catalog.catalog().load_table(ident).await?;
+        let tx = Transaction::new(&base);
+        let tx = tx
+            .fast_append()
+            .with_check_duplicate(false)
+            .add_data_files(files.clone())
+            .apply(tx)?;
+        match tx
+            .commit(catalog.catalog().as_ref())
+            .await
+            .map_err(Error::from)
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if is_commit_conflict(&e) && attempt < MAX_COMMIT_ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(jitter(attempt)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 const ALREADY_COMMITTED: &str = "these files were already committed to this table";

@@ -20,7 +20,7 @@ use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
 use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableCreation};
 
-use crate::catalog::provider::insert_into;
+use crate::catalog::insert::{insert_into, writer_per_core};
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, CreateTable};
 
@@ -299,14 +299,14 @@ pub(crate) async fn create_table(
         .properties(create.properties.clone())
         .build();
     catalog.catalog().create_table(namespace, creation).await?;
-    let rows = match (&ctx.input, &ctx.session) {
-        (Some(input), Some(session)) => {
+    let rows = match &ctx.input {
+        Some(input) => {
+            let cores = ctx.task.session_config().target_partitions();
             insert_into(
                 catalog,
                 &create.ident,
-                session.as_ref(),
-                std::sync::Arc::clone(input),
-                &ctx.task,
+                writer_per_core(std::sync::Arc::clone(input), cores)?,
+                std::sync::Arc::clone(&ctx.task),
             )
             .await?
         }

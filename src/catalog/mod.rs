@@ -8,6 +8,7 @@
 
 pub(crate) mod commit;
 pub(crate) mod ddl;
+pub(crate) mod insert;
 pub(crate) mod provider;
 pub(crate) mod scoped;
 

@@ -2,9 +2,9 @@
 //!
 //! iceberg-datafusion's own `IcebergCatalogProvider` lists the catalog once
 //! when built, so tables created later (a staging table, say) stay invisible.
-//! These providers ask the catalog each time; table providers come from
-//! iceberg-datafusion so scans, metadata tables (`t$snapshots`) and
-//! `INSERT INTO` behave as upstream.
+//! These providers ask the catalog each time. Scans and metadata tables
+//! (`t$snapshots`) are iceberg-datafusion's; `INSERT INTO` is icestage's
+//! (see [`super::insert`]).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -13,22 +13,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, RecordBatch, UInt64Array};
 use datafusion::catalog::Session;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::{DataFusionError, Result as DFResult};
-use datafusion::execution::TaskContext;
-use datafusion::logical_expr::dml::InsertOp;
-use datafusion::physical_plan::{ExecutionPlan, collect};
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use datafusion::physical_plan::ExecutionPlan;
 use iceberg::{NamespaceIdent, TableIdent};
 use iceberg_datafusion::IcebergCatalogProvider as UpstreamCatalogProvider;
 
+use super::insert::IcebergTable;
 use super::scoped::ScopedCatalog;
 use super::{IcebergCatalog, block_on};
 use crate::error::{Error, Result};
 use crate::plan::node::project;
-use crate::upload::transfer::write_rows;
 
 /// An Iceberg catalog as a DataFusion catalog.
 #[derive(Debug)]
@@ -128,10 +124,11 @@ impl IcestageSchemaProvider {
     }
 }
 
-/// The catalog-backed iceberg-datafusion provider of one table (or of one of
-/// its metadata tables, `name$snapshots`), or `None` when it does not exist.
+/// The provider of one table (reading through iceberg-datafusion's
+/// catalog-backed provider, writing through icestage's) or of one of its
+/// metadata tables (`name$snapshots`), or `None` when it does not exist.
 pub(crate) async fn table_provider(
-    catalog: &IcebergCatalog,
+    catalog: &Arc<IcebergCatalog>,
     table: &TableIdent,
     metadata_table: Option<&str>,
 ) -> Result<Option<Arc<dyn TableProvider>>> {
@@ -150,7 +147,12 @@ pub(crate) async fn table_provider(
     let provider = schema.table(&name).await?;
     Ok(match (provider, metadata_table) {
         (Some(provider), Some(_)) => Some(Arc::new(MetadataTable { inner: provider }) as _),
-        (provider, _) => provider,
+        (Some(provider), None) => Some(Arc::new(IcebergTable::new(
+            provider,
+            Arc::clone(catalog),
+            table.clone(),
+        )) as _),
+        (None, _) => None,
     })
 }
 
@@ -185,76 +187,6 @@ impl TableProvider for MetadataTable {
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let all = self.inner.scan(state, None, &[], None).await?;
         project(all, projection)
-    }
-}
-
-/// Appends the rows of `input` to an Iceberg table through iceberg-datafusion's
-/// writer (one commit); returns the number of rows written.
-pub(crate) async fn insert_into(
-    catalog: &IcebergCatalog,
-    table: &TableIdent,
-    session: &dyn Session,
-    input: Arc<dyn ExecutionPlan>,
-    task: &Arc<TaskContext>,
-) -> Result<u64> {
-    let provider =
-        table_provider(catalog, table, None)
-            .await?
-            .ok_or_else(|| Error::TableNotFound {
-                table: table.to_string(),
-                hint: String::new(),
-            })?;
-    let plan = provider
-        .insert_into(session, input, InsertOp::Append)
-        .await?;
-    let batches = collect(plan, Arc::clone(task)).await?;
-    let mut rows = 0;
-    for batch in &batches {
-        if let Some(counts) = batch.column(0).as_any().downcast_ref::<UInt64Array>() {
-            rows += counts.iter().flatten().sum::<u64>();
-        }
-    }
-    Ok(rows)
-}
-
-/// Appends `rows` (a few log rows) to an Iceberg table in one commit: one
-/// data file, one `fast_append` without iceberg's duplicate-file check (it
-/// reads every manifest of the table, so a log's appends would cost more as
-/// the log grows). iceberg's own commit retries conflicts with backoff but
-/// no jitter, so a crowd of concurrent writers can exhaust it; the commit is
-/// retried with jitter on a freshly loaded table.
-pub(crate) async fn append_batch(
-    catalog: &IcebergCatalog,
-    table: &TableIdent,
-    rows: RecordBatch,
-) -> Result<()> {
-    // Writers of this process take turns; other processes are met by retries.
-    let _turn = catalog.exclusive(&table.to_string()).await;
-    let current = catalog.catalog().load_table(table).await?;
-    let prefix = format!("icestage-{}", uuid::Uuid::new_v4());
-    let files = write_rows(&current, &prefix, futures::stream::iter([Ok(rows)])).await?;
-    let mut base = current;
-    let mut attempt = 0u32;
-    loop {
-        let tx = Transaction::new(&base);
-        let tx = tx
-            .fast_append()
-            .with_check_duplicate(false)
-            .add_data_files(files.clone())
-            .apply(tx)?;
-        match tx
-            .commit(catalog.catalog().as_ref())
-            .await
-            .map_err(Error::from)
-        {
-            Ok(_) => return Ok(()),
-            Err(e) if is_commit_conflict(&e) && attempt < MAX_COMMIT_ATTEMPTS => {
-                attempt += 1;
-                tokio::time::sleep(jitter(attempt)).await;
-                base = catalog.catalog().load_table(table).await?;
-            }
-            Err(e) => return Err(e),
-        }
     }
 }
 

@@ -10,17 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use datafusion::error::DataFusionError;
 use datafusion::execution::TaskContext;
 use datafusion::execution::context::SessionState;
 use datafusion::physical_plan::ExecutionPlan;
-use futures::TryStreamExt;
 
 use super::{Download, DownloadId, DownloadState, PROP_FILES, PROP_HEARTBEAT_AT, PROP_ROWS};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::append_once;
-use crate::error::{Error, Result};
-use crate::upload::transfer::write_rows;
+use crate::error::Result;
+use crate::upload::transfer::write_partitions;
 use crate::upload::{PROP_MESSAGE, PROP_STATE, failpoint};
 
 /// Snapshot summary key carrying the download id (the commit's evidence).
@@ -64,24 +62,7 @@ async fn write(
     task: Arc<TaskContext>,
 ) -> Result<u64> {
     let table = catalog.catalog().load_table(&id.table()).await?;
-    // Dropping the set (on the first error) stops the other partitions.
-    let mut writers = tokio::task::JoinSet::new();
-    for partition in 0..input.properties().output_partitioning().partition_count() {
-        let rows = input
-            .execute(partition, Arc::clone(&task))?
-            .map_err(Error::from);
-        let (table, prefix) = (
-            table.clone(),
-            format!("icestage-download-{id}-{partition:04}"),
-        );
-        writers.spawn(async move { write_rows(&table, &prefix, rows).await });
-    }
-    let mut files = vec![];
-    while let Some(written) = writers.join_next().await {
-        files.extend(
-            written.map_err(|e| Error::from(DataFusionError::ExecutionJoin(Box::new(e))))??,
-        );
-    }
+    let files = write_partitions(&table, &format!("icestage-download-{id}"), input, task).await?;
     let rows = files.iter().map(|f| f.record_count()).sum();
     append_once(catalog, &table, files, SNAPSHOT_DOWNLOAD_ID, id.as_str()).await?;
     Ok(rows)

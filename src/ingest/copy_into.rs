@@ -33,7 +33,7 @@ use super::source::{Access, SourceFile, select};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::{append_once, snapshot_with};
 use crate::catalog::ddl::iceberg_schema;
-use crate::catalog::provider::append_batch;
+use crate::catalog::insert::append_batch;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, copy_schema};
 use crate::plan::rows::{Value, batch};

@@ -8,6 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{DFSchema, DFSchemaRef};
 use datafusion::error::{DataFusionError, Result as DFResult};
@@ -190,23 +191,33 @@ impl ExecutionPlan for CommandExec {
         partition: usize,
         task: Arc<TaskContext>,
     ) -> DFResult<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "CommandExec has one partition, asked for {partition}"
-            )));
-        }
         let mut ctx = CommandContext::new(task)?;
         ctx.input = self.input.clone();
         ctx.session = self.session.clone();
         let command = Arc::clone(&self.command);
-        let stream = futures::stream::once(async move {
+        one_batch(self.name(), partition, self.schema(), async move {
             command.execute(ctx).await.map_err(DataFusionError::from)
-        });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.schema(),
-            stream,
-        )))
+        })
     }
+}
+
+/// The stream of partition `partition` of a plan with one output partition
+/// whose one batch `batch` computes.
+pub(crate) fn one_batch(
+    plan: &str,
+    partition: usize,
+    schema: SchemaRef,
+    batch: impl Future<Output = DFResult<RecordBatch>> + Send + 'static,
+) -> DFResult<SendableRecordBatchStream> {
+    if partition != 0 {
+        return Err(DataFusionError::Internal(format!(
+            "{plan} has one partition, asked for {partition}"
+        )));
+    }
+    Ok(Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        futures::stream::once(batch),
+    )))
 }
 
 /// `plan` narrowed to the columns of `projection` (indices into its schema).

@@ -17,7 +17,7 @@ use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use super::{SessionRecord, is_missing};
 use crate::catalog::IcebergCatalog;
-use crate::catalog::provider::append_batch;
+use crate::catalog::insert::append_batch;
 use crate::error::{Error, Result};
 use crate::plan::rows::{Value, batch};
 use std::fmt::Display;

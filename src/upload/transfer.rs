@@ -20,6 +20,9 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef as ArrowSchemaRef;
+use datafusion::error::DataFusionError;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
 use futures::TryStreamExt;
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
 use iceberg::spec::{DataFile, DataFileBuilder, DataFileFormat};
@@ -107,18 +110,27 @@ pub(crate) async fn copy_files(
 }
 
 /// `batch` (columns named as the target's) with the target's Arrow types
-/// and field ids.
-fn conform(batch: &RecordBatch, schema: &ArrowSchemaRef) -> Result<RecordBatch> {
+/// and field ids. A null in a required column is refused: Parquet would
+/// store the type's default (an empty string, a zero) in its place.
+fn conform(batch: &RecordBatch, schema: &ArrowSchemaRef, table: &str) -> Result<RecordBatch> {
     let columns = schema
         .fields()
         .iter()
         .map(|field| {
-            let column = batch.column_by_name(field.name()).ok_or_else(|| {
+            let name = field.name();
+            let column = batch.column_by_name(name).ok_or_else(|| {
                 Error::invalid(format!(
-                    "the staging table has no column '{}'",
-                    field.name()
+                    "the rows written to {table} have no column '{name}'"
                 ))
             })?;
+            let nulls = column.null_count();
+            if nulls > 0 && !field.is_nullable() {
+                return Err(Error::invalid(format!(
+                    "column '{name}' of {table} is NOT NULL, but {nulls} row(s) written to it have \
+                     no value: give every row a value (e.g. COALESCE({name}, <default>)), or \
+                     name the column in the INSERT's column list"
+                )));
+            }
             Ok(cast(column, field.data_type())?)
         })
         .collect::<Result<Vec<_>>>()?;
@@ -208,6 +220,7 @@ pub(crate) async fn write_rows(
     let metadata = target.metadata();
     let schema = metadata.current_schema();
     let arrow: ArrowSchemaRef = Arc::new(schema_to_arrow_schema(schema)?);
+    let name = target.identifier().to_string();
     let files = RollingFileWriterBuilder::new_with_default_file_size(
         ParquetWriterBuilder::new(writer_properties(target)?, Arc::clone(schema)),
         target.file_io().clone(),
@@ -219,7 +232,7 @@ pub(crate) async fn write_rows(
     if spec.is_unpartitioned() {
         let mut writer = builder.build(None).await?;
         while let Some(batch) = rows.try_next().await? {
-            writer.write(conform(&batch, &arrow)?).await?;
+            writer.write(conform(&batch, &arrow, &name)?).await?;
         }
         return Ok(writer.close().await?);
     }
@@ -229,9 +242,36 @@ pub(crate) async fn write_rows(
     )?;
     let mut writer = FanoutWriter::new(builder);
     while let Some(batch) = rows.try_next().await? {
-        for (key, part) in splitter.split(&conform(&batch, &arrow)?)? {
+        for (key, part) in splitter.split(&conform(&batch, &arrow, &name)?)? {
             writer.write(key, part).await?;
         }
     }
     Ok(writer.close().await?)
+}
+
+/// Writes every partition of `input` as new data files of `target`, each
+/// partition streaming on its own task ([`write_rows`]); file names start
+/// with `file_prefix`. Returns the files, not yet committed. The first
+/// error (or dropping the future) stops the other partitions.
+pub(crate) async fn write_partitions(
+    target: &Table,
+    file_prefix: &str,
+    input: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
+) -> Result<Vec<DataFile>> {
+    let mut writers = tokio::task::JoinSet::new();
+    for partition in 0..input.properties().output_partitioning().partition_count() {
+        let rows = input
+            .execute(partition, Arc::clone(&task))?
+            .map_err(Error::from);
+        let (target, prefix) = (target.clone(), format!("{file_prefix}-{partition:04}"));
+        writers.spawn(async move { write_rows(&target, &prefix, rows).await });
+    }
+    let mut files = vec![];
+    while let Some(written) = writers.join_next().await {
+        files.extend(
+            written.map_err(|e| Error::from(DataFusionError::ExecutionJoin(Box::new(e))))??,
+        );
+    }
+    Ok(files)
 }

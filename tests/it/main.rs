@@ -7,6 +7,7 @@ mod downloads;
 mod embedding;
 mod exactly_once;
 mod ingest;
+mod insert;
 mod pyiceberg;
 mod service;
 mod shell;
