@@ -197,5 +197,13 @@ pub fn error_message(error: &DataFusionError) -> String {
         }
         return inner.to_string();
     }
-    root.strip_backtrace()
+    let message = root.strip_backtrace();
+    // Arrow's words when INSERT ... VALUES gives a NOT NULL column a NULL.
+    if message.contains("is declared as non-nullable but contains null values") {
+        return format!(
+            "{message}: a NOT NULL column was given NULL (in INSERT ... VALUES, 'columnN' is \
+             the N-th value of each row); give it a value in every row"
+        );
+    }
+    message
 }
