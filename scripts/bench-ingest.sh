@@ -5,7 +5,7 @@
 # times, peak memory and ratios. Extra arguments go to the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/icestage/target}"
+. scripts/cargo-env.sh
 ./scripts/setup-venv.sh
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r benches/requirements.txt
 cargo build --release --locked --bin icestage

@@ -5,7 +5,7 @@
 # Extra arguments go to the script, e.g. --rows 100000.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/icestage/target}"
+. scripts/cargo-env.sh
 ./scripts/setup-venv.sh
 cargo build --release --locked --bin icestage
 .venv/bin/python benches/compare_promote.py --icestage "$CARGO_TARGET_DIR/release/icestage" "$@"

@@ -5,7 +5,7 @@
 # The clients (HTTP and the Iceberg writes) run in the debug test binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/icestage/target}"
+. scripts/cargo-env.sh
 ./scripts/setup-venv.sh
 cargo build --release --locked --bin icestage
 echo "==> load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"

@@ -8,12 +8,12 @@
 # PyIceberg integration tests, and the doctests.
 #
 # The cargo target directory defaults to a folder outside the clone so that
-# repeated runs (and CI on this machine) reuse the build; set
-# CARGO_TARGET_DIR to choose another.
+# repeated runs (and CI on this machine, from any clone) reuse the build;
+# set CARGO_TARGET_DIR to choose another (see scripts/cargo-env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/icestage/target}"
+. scripts/cargo-env.sh
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "error: cargo is not installed: install Rust from https://rustup.rs" >&2
