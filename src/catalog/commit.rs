@@ -11,14 +11,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use iceberg::spec::DataFile;
+use iceberg::Catalog;
+use iceberg::spec::{DataFile, SnapshotRef};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::{Catalog, TableIdent};
 
 use super::IcebergCatalog;
-use super::provider::{MAX_COMMIT_ATTEMPTS, is_commit_conflict, jitter};
 use super::scoped::{LoadCheck, ScopedCatalog};
 use crate::error::{Error, Result};
 
@@ -36,41 +36,76 @@ pub(crate) fn snapshot_with(table: &Table, key: &str, value: &str) -> Option<i64
         .map(|s| s.snapshot_id())
 }
 
-/// Appends `files` to table `ident` in one snapshot. The commit skips
-/// iceberg's duplicate-file check, which reads every manifest of the table
-/// (the files are new: their names are unique). iceberg retries conflicts
-/// with backoff but no jitter, so a crowd of concurrent writers can exhaust
-/// it; the commit is retried again with jitter on the reloaded table.
+/// How often a commit that keeps conflicting is tried before giving up.
+const MAX_COMMIT_ATTEMPTS: u32 = 30;
+
+/// A randomised pause before retry `attempt` (1-based).
+fn jitter(attempt: u32) -> Duration {
+    let base = 50u64 * u64::from(attempt.min(10));
+    Duration::from_millis(base + rand::random::<u64>() % (base * 4 + 1))
+}
+
+/// Whether a commit that failed with `error` on attempt `attempt` is worth
+/// another. iceberg retries conflicts with backoff but no jitter, so a crowd
+/// of concurrent writers can exhaust it; the callers retry again, with
+/// jitter.
+fn retry(error: &iceberg::Error, attempt: u32) -> bool {
+    attempt < MAX_COMMIT_ATTEMPTS
+        && (error.retryable() || error.kind() == iceberg::ErrorKind::CatalogCommitConflicts)
+}
+
+/// One snapshot appending `files` to `base`, with `properties` in its
+/// summary. It skips iceberg's duplicate-file check, which reads every
+/// manifest of the table on each attempt: the callers' files are new.
+fn append(
+    base: &Table,
+    files: &[DataFile],
+    properties: HashMap<String, String>,
+) -> Result<Transaction> {
+    let tx = Transaction::new(base);
+    Ok(tx
+        .fast_append()
+        .with_check_duplicate(false)
+        .set_snapshot_properties(properties)
+        .add_data_files(files.to_vec())
+        .apply(tx)?)
+}
+
+/// Appends `files` to `table` in one snapshot. `Transaction::commit` loads
+/// the table again at the start of every attempt, so `table` may be stale.
 pub(crate) async fn append_files(
     catalog: &IcebergCatalog,
-    ident: &TableIdent,
+    table: &Table,
     files: Vec<DataFile>,
 ) -> Result<()> {
     // Commits of this process to one table take turns; other processes are
     // met by retries.
-    let _turn = catalog.exclusive(&ident.to_string()).await;
+    let _turn = catalog.exclusive(&table.identifier().to_string()).await;
     let mut attempt = 0u32;
     loop {
-        let base = catalog.catalog().load_table(ident).await?;
-        let tx = Transaction::new(&base);
-        let tx = tx
-            .fast_append()
-            .with_check_duplicate(false)
-            .add_data_files(files.clone())
-            .apply(tx)?;
-        match tx
+        match append(table, &files, HashMap::new())?
             .commit(catalog.catalog().as_ref())
             .await
-            .map_err(Error::from)
         {
             Ok(_) => return Ok(()),
-            Err(e) if is_commit_conflict(&e) && attempt < MAX_COMMIT_ATTEMPTS => {
+            Err(e) if retry(&e, attempt) => {
                 attempt += 1;
                 tokio::time::sleep(jitter(attempt)).await;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// A count that the summary of `snapshot` holds (`total-records`,
+/// `added-data-files`, ...), if it holds it.
+pub(crate) fn summary_count(snapshot: Option<&SnapshotRef>, key: &str) -> Option<i64> {
+    snapshot?
+        .summary()
+        .additional_properties
+        .get(key)?
+        .parse()
+        .ok()
 }
 
 const ALREADY_COMMITTED: &str = "these files were already committed to this table";
@@ -104,15 +139,11 @@ pub(crate) async fn append_once(
     let mut base = table.clone();
     let mut attempt = 0u32;
     loop {
-        let tx = Transaction::new(&base);
-        let tx = tx
-            .fast_append()
-            // The evidence check replaces the duplicate-file check, which
-            // reads every manifest of the table on each attempt.
-            .with_check_duplicate(false)
-            .set_snapshot_properties(HashMap::from([(key.to_string(), value.to_string())]))
-            .add_data_files(files.clone())
-            .apply(tx)?;
+        let tx = append(
+            &base,
+            &files,
+            HashMap::from([(key.to_string(), value.to_string())]),
+        )?;
         let result = tx.commit(&guarded).await;
         let current = catalog.load_table(table.identifier()).await?;
         if let Some(snapshot_id) = snapshot_with(&current, key, value) {
@@ -129,11 +160,7 @@ pub(crate) async fn append_once(
                     table.identifier()
                 )));
             }
-            Err(e)
-                if attempt < MAX_COMMIT_ATTEMPTS
-                    && (e.retryable()
-                        || e.kind() == iceberg::ErrorKind::CatalogCommitConflicts) =>
-            {
+            Err(e) if retry(&e, attempt) => {
                 attempt += 1;
                 tokio::time::sleep(jitter(attempt)).await;
                 base = current;

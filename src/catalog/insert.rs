@@ -149,7 +149,7 @@ pub(crate) async fn insert_into(
     let files = write_partitions(&table, &prefix, input, task).await?;
     let rows = files.iter().map(|f| f.record_count()).sum();
     if !files.is_empty() {
-        append_files(catalog, ident, files).await?;
+        append_files(catalog, &table, files).await?;
     }
     Ok(rows)
 }
@@ -163,7 +163,7 @@ pub(crate) async fn append_batch(
     let table = catalog.catalog().load_table(ident).await?;
     let prefix = format!("icestage-{}", uuid::Uuid::new_v4());
     let files = write_rows(&table, &prefix, futures::stream::iter([Ok(rows)])).await?;
-    append_files(catalog, ident, files).await
+    append_files(catalog, &table, files).await
 }
 
 /// The plan of an `INSERT INTO` an Iceberg table: one output partition with

@@ -10,8 +10,6 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
@@ -188,27 +186,6 @@ impl TableProvider for MetadataTable {
         let all = self.inner.scan(state, None, &[], None).await?;
         project(all, projection)
     }
-}
-
-/// How often a commit that keeps conflicting is tried before giving up.
-pub(crate) const MAX_COMMIT_ATTEMPTS: u32 = 30;
-
-/// A randomised pause before retry `attempt` (1-based).
-pub(crate) fn jitter(attempt: u32) -> Duration {
-    let base = 50u64 * u64::from(attempt.min(10));
-    Duration::from_millis(base + rand::random::<u64>() % (base * 4 + 1))
-}
-
-/// True when `error` is an Iceberg commit conflict (retryable).
-pub(crate) fn is_commit_conflict(error: &Error) -> bool {
-    let iceberg = match error {
-        Error::Iceberg(e) => Some(e),
-        Error::DataFusion(DataFusionError::External(inner)) => {
-            inner.downcast_ref::<iceberg::Error>()
-        }
-        _ => None,
-    };
-    iceberg.is_some_and(|e| e.kind() == iceberg::ErrorKind::CatalogCommitConflicts)
 }
 
 #[async_trait]

@@ -54,18 +54,19 @@ async fn heartbeat(catalog: Arc<IcebergCatalog>, id: DownloadId, lease: Duration
 }
 
 /// Writes every partition of `input` into the download table, one task per
-/// partition, and appends the files in one commit. Returns the row count.
+/// partition, and appends the files in one commit. Returns the row and
+/// file counts.
 async fn write(
     catalog: &IcebergCatalog,
     id: &DownloadId,
     input: Arc<dyn ExecutionPlan>,
     task: Arc<TaskContext>,
-) -> Result<u64> {
+) -> Result<(u64, usize)> {
     let table = catalog.catalog().load_table(&id.table()).await?;
     let files = write_partitions(&table, &format!("icestage-download-{id}"), input, task).await?;
-    let rows = files.iter().map(|f| f.record_count()).sum();
+    let counts = (files.iter().map(|f| f.record_count()).sum(), files.len());
     append_once(catalog, &table, files, SNAPSHOT_DOWNLOAD_ID, id.as_str()).await?;
-    Ok(rows)
+    Ok(counts)
 }
 
 /// Runs `input` into the download table and records the outcome.
@@ -85,27 +86,14 @@ pub(crate) async fn fill(
         return;
     };
     let (state, properties) = match written {
-        Ok(rows) => {
-            let files = download
-                .table
-                .metadata()
-                .current_snapshot()
-                .and_then(|s| {
-                    s.summary()
-                        .additional_properties
-                        .get("total-data-files")
-                        .cloned()
-                })
-                .unwrap_or_else(|| "0".to_string());
-            (
-                DownloadState::Ready,
-                HashMap::from([
-                    (PROP_ROWS.to_string(), rows.to_string()),
-                    (PROP_FILES.to_string(), files),
-                    (PROP_MESSAGE.to_string(), String::new()),
-                ]),
-            )
-        }
+        Ok((rows, files)) => (
+            DownloadState::Ready,
+            HashMap::from([
+                (PROP_ROWS.to_string(), rows.to_string()),
+                (PROP_FILES.to_string(), files.to_string()),
+                (PROP_MESSAGE.to_string(), String::new()),
+            ]),
+        ),
         Err(error) => (
             DownloadState::Failed,
             HashMap::from([(

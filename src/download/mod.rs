@@ -29,7 +29,7 @@ use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::upload::{
     PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_OWNER, PROP_STATE, SessionRecord,
-    is_missing,
+    id_shape, is_missing, property_time, random_id, state_named,
 };
 
 /// Namespace of download tables.
@@ -59,20 +59,18 @@ pub struct DownloadId(String);
 impl DownloadId {
     /// A fresh, unguessable id.
     pub fn random() -> Self {
-        Self(format!("{:032x}", rand::random::<u128>()))
+        Self(random_id())
     }
 
     /// Checks that `text` has the shape of an id.
     pub fn parse(text: &str) -> Result<Self> {
-        let text = text.trim();
-        if text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            Ok(Self(text.to_ascii_lowercase()))
-        } else {
-            Err(Error::invalid(format!(
-                "'{text}' is not a download id: download ids are the 32 hex characters returned by \
-                 CREATE DOWNLOAD (see SELECT download_id FROM downloads())"
-            )))
-        }
+        id_shape(text).map(Self).ok_or_else(|| {
+            Error::invalid(format!(
+                "'{}' is not a download id: download ids are the 32 hex characters returned by \
+                 CREATE DOWNLOAD (see SELECT download_id FROM downloads())",
+                text.trim()
+            ))
+        })
     }
 
     /// The id's text.
@@ -111,6 +109,14 @@ pub enum DownloadState {
 }
 
 impl DownloadState {
+    const ALL: [Self; 5] = [
+        Self::Pending,
+        Self::Ready,
+        Self::Failed,
+        Self::Dropped,
+        Self::Expired,
+    ];
+
     /// The state's name as SQL shows it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -133,17 +139,10 @@ impl FromStr for DownloadState {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
-        Ok(match s {
-            "pending" => Self::Pending,
-            "ready" => Self::Ready,
-            "failed" => Self::Failed,
-            "dropped" => Self::Dropped,
-            "expired" => Self::Expired,
-            other => {
-                return Err(Error::invalid(format!(
-                    "'{other}' is not a download state: expected pending, ready, failed, dropped or expired"
-                )));
-            }
+        state_named(&Self::ALL, s).ok_or_else(|| {
+            Error::invalid(format!(
+                "'{s}' is not a download state: expected pending, ready, failed, dropped or expired"
+            ))
         })
     }
 }
@@ -169,13 +168,6 @@ pub(crate) struct Download {
     pub(crate) owner: Option<String>,
 }
 
-fn time(props: &HashMap<String, String>, key: &str) -> Option<DateTime<Utc>> {
-    props
-        .get(key)
-        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
-        .map(|t| t.with_timezone(&Utc))
-}
-
 /// True when a pending download's filler has not been heard from in its lease.
 fn abandoned(props: &HashMap<String, String>, now: DateTime<Utc>) -> bool {
     let lease = props
@@ -185,7 +177,7 @@ fn abandoned(props: &HashMap<String, String>, now: DateTime<Utc>) -> bool {
     props
         .get(PROP_STATE)
         .is_some_and(|s| s == DownloadState::Pending.as_str())
-        && time(props, PROP_HEARTBEAT_AT).is_none_or(|at| (now - at).num_seconds() > lease)
+        && property_time(props, PROP_HEARTBEAT_AT).is_none_or(|at| (now - at).num_seconds() > lease)
 }
 
 impl Download {
@@ -205,9 +197,9 @@ impl Download {
                 .map(|s| s.parse())
                 .transpose()?
                 .unwrap_or(DownloadState::Pending),
-            created_at: time(props, PROP_CREATED_AT),
-            expires_at: time(props, PROP_EXPIRES_AT),
-            heartbeat_at: time(props, PROP_HEARTBEAT_AT),
+            created_at: property_time(props, PROP_CREATED_AT),
+            expires_at: property_time(props, PROP_EXPIRES_AT),
+            heartbeat_at: property_time(props, PROP_HEARTBEAT_AT),
             lease: Duration::from_secs(number(PROP_LEASE_SECONDS).unwrap_or(60).max(1) as u64),
             sources: props.get(PROP_SOURCES).cloned().unwrap_or_default(),
             rows: number(PROP_ROWS),

@@ -62,6 +62,31 @@ pub const PROP_OWNER: &str = "icestage.owner";
 /// Staging table property: rule violations found by the last validation.
 pub const PROP_FINDINGS: &str = "icestage.findings";
 
+/// A fresh session id: 128 random bits as 32 lowercase hex characters.
+pub(crate) fn random_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// `text` (trimmed, lowercased) if it has the shape of a session id.
+pub(crate) fn id_shape(text: &str) -> Option<String> {
+    let text = text.trim();
+    (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| text.to_ascii_lowercase())
+}
+
+/// An RFC 3339 time a session table keeps in property `key`.
+pub(crate) fn property_time(props: &HashMap<String, String>, key: &str) -> Option<DateTime<Utc>> {
+    props
+        .get(key)
+        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// The state named `text` among `all`, as their `Display` names them.
+pub(crate) fn state_named<S: Copy + fmt::Display>(all: &[S], text: &str) -> Option<S> {
+    all.iter().copied().find(|s| s.to_string() == text)
+}
+
 /// An upload id: 128 random bits as 32 lowercase hex characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UploadId(String);
@@ -69,17 +94,14 @@ pub struct UploadId(String);
 impl UploadId {
     /// A fresh, unguessable id.
     pub fn random() -> Self {
-        Self(format!("{:032x}", rand::random::<u128>()))
+        Self(random_id())
     }
 
     /// Checks that `text` has the shape of an id.
     pub fn parse(text: &str) -> Result<Self> {
-        let text = text.trim();
-        if text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            Ok(Self(text.to_ascii_lowercase()))
-        } else {
-            Err(Error::InvalidUploadId(text.to_string()))
-        }
+        id_shape(text)
+            .map(Self)
+            .ok_or_else(|| Error::InvalidUploadId(text.trim().to_string()))
     }
 
     /// The id's text.
@@ -126,6 +148,15 @@ pub enum UploadState {
 }
 
 impl UploadState {
+    const ALL: [Self; 6] = [
+        Self::Open,
+        Self::Promoting,
+        Self::Promoted,
+        Self::Failed,
+        Self::Aborted,
+        Self::Expired,
+    ];
+
     /// The state's name as SQL shows it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -149,18 +180,10 @@ impl FromStr for UploadState {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
-        Ok(match s {
-            "open" => Self::Open,
-            "promoting" => Self::Promoting,
-            "promoted" => Self::Promoted,
-            "failed" => Self::Failed,
-            "aborted" => Self::Aborted,
-            "expired" => Self::Expired,
-            other => {
-                return Err(Error::invalid(format!(
-                    "'{other}' is not an upload state: expected one of open, promoting, promoted, failed, aborted, expired"
-                )));
-            }
+        state_named(&Self::ALL, s).ok_or_else(|| {
+            Error::invalid(format!(
+                "'{s}' is not an upload state: expected one of open, promoting, promoted, failed, aborted, expired"
+            ))
         })
     }
 }
@@ -246,12 +269,7 @@ impl Staging {
             .get(PROP_STATE)
             .ok_or_else(|| missing(PROP_STATE))?
             .parse()?;
-        let time = |key: &str| {
-            props
-                .get(key)
-                .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
-                .map(|t| t.with_timezone(&Utc))
-        };
+        let time = |key: &str| property_time(props, key);
         Ok(Self {
             id,
             catalog,

@@ -28,7 +28,7 @@ use super::{
     SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
     findings, is_missing, log, promoted_snapshot, transfer,
 };
-use crate::catalog::commit::append_once;
+use crate::catalog::commit::{append_once, summary_count};
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, promote_schema};
@@ -382,12 +382,8 @@ pub(crate) async fn load_target(staging: &Staging) -> Result<Table> {
 }
 
 fn snapshot_counts(table: &Table, snapshot_id: i64) -> (i64, i64) {
-    let summary = table
-        .metadata()
-        .snapshot_by_id(snapshot_id)
-        .map(|s| s.summary().additional_properties.clone())
-        .unwrap_or_default();
-    let count = |key: &str| summary.get(key).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let snapshot = table.metadata().snapshot_by_id(snapshot_id);
+    let count = |key: &str| summary_count(snapshot, key).unwrap_or(0);
     (count("added-records"), count("added-data-files"))
 }
 

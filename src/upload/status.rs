@@ -12,6 +12,7 @@ use super::{
     Staging, UploadId, UploadRecord, UploadState, find_staging, findings, list_staging, log,
     promoted_snapshot,
 };
+use crate::catalog::commit::summary_count;
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, findings_schema, status_schema};
@@ -20,13 +21,8 @@ use crate::plan::rows::{Value, batch};
 /// The record of a live session; `target` is its target table when it
 /// could be loaded (to see whether the promotion committed).
 fn live_record(staging: &Staging, target: Option<&Table>, now: DateTime<Utc>) -> UploadRecord {
-    let summary = staging
-        .table
-        .metadata()
-        .current_snapshot()
-        .map(|s| s.summary().additional_properties.clone())
-        .unwrap_or_default();
-    let count = |key: &str| summary.get(key).and_then(|v| v.parse().ok()).or(Some(0));
+    let snapshot = staging.table.metadata().current_snapshot();
+    let count = |key: &str| summary_count(snapshot, key).or(Some(0));
     let evidence = target.and_then(|t| promoted_snapshot(t, &staging.id));
     let (state, message) = match evidence {
         Some(_) => (

@@ -36,6 +36,7 @@ use super::findings::Finding;
 use super::promote::load_target;
 use super::rules::{PlannedCheck, Rule, df_schema, plan_checks, rules_of};
 use super::{Staging, UploadId, find_staging};
+use crate::catalog::commit::summary_count;
 use crate::catalog::provider::table_provider;
 use crate::context::Icestage;
 use crate::error::{Error, Result};
@@ -140,17 +141,11 @@ pub(crate) async fn explain(icestage: &Icestage, id: &str) -> Result<Vec<String>
     };
     let target = load_target(&staging).await?;
     let mut steps = describe(&target)?;
-    let files = staging
-        .table
-        .metadata()
-        .current_snapshot()
-        .and_then(|s| {
-            s.summary()
-                .additional_properties
-                .get("total-data-files")
-                .cloned()
-        })
-        .unwrap_or_else(|| "0".to_string());
+    let files = summary_count(
+        staging.table.metadata().current_snapshot(),
+        "total-data-files",
+    )
+    .unwrap_or(0);
     steps.push(format!(
         "commit: zero_copy: one fast_append of {files} staging data file(s) into {} with {}={id}, \
          the evidence re-checked on every attempt",

@@ -11,7 +11,9 @@ use std::time::Duration;
 use datafusion::prelude::SessionContext;
 use icestage::{CatalogConfig, IcestageConfig};
 
-use crate::common::{python, python_script, repo, run, scalar, value};
+use crate::common::{
+    python, python_script, repo, run, scalar, shell_csv, stdout_of_success, value,
+};
 
 /// moto's server, running for as long as this value lives.
 pub struct Moto {
@@ -161,17 +163,10 @@ async fn s3_tables_upload_by_a_client_holding_only_vended_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let client_config = dir.path().join("client.toml");
     std::fs::write(&client_config, &catalog_config).unwrap();
-    let client = Command::new(env!("CARGO_BIN_EXE_icestage"))
+    let client = shell_csv("--catalog-config", &client_config)
         .env_clear()
         .current_dir(dir.path())
-        .args([
-            "--catalog-config",
-            client_config.to_str().unwrap(),
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-        ])
+        .arg("-c")
         .arg(format!(
             "INSERT INTO {staging} VALUES \
              ('t1', 'a1', 100, TIMESTAMP '2026-07-01 10:00:00Z'), \
@@ -179,12 +174,7 @@ async fn s3_tables_upload_by_a_client_holding_only_vended_credentials() {
         ))
         .output()
         .unwrap();
-    assert!(
-        client.status.success(),
-        "client failed: {}",
-        String::from_utf8_lossy(&client.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&client.stdout), "count\n2\n");
+    assert_eq!(stdout_of_success(&client), "count\n2\n");
 
     // The service promotes. S3 Tables deletes a table's storage with the
     // table, so the files are copied, not registered in place.
@@ -230,32 +220,17 @@ async fn s3_tables_upload_by_a_client_holding_only_vended_credentials() {
     .unwrap();
     assert_eq!(value(&read_only, "mode"), "read");
     std::fs::write(&client_config, value(&read_only, "catalog_config")).unwrap();
-    let reader = Command::new(env!("CARGO_BIN_EXE_icestage"))
+    let reader = shell_csv("--catalog-config", &client_config)
         .env_clear()
         .current_dir(dir.path())
-        .args([
-            "--catalog-config",
-            client_config.to_str().unwrap(),
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-        ])
+        .arg("-c")
         .arg(format!(
             "SELECT * FROM {}",
             value(&download, "download_table")
         ))
         .output()
         .unwrap();
-    assert!(
-        reader.status.success(),
-        "{}",
-        String::from_utf8_lossy(&reader.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&reader.stdout),
-        "transaction_id\nt2\n"
-    );
+    assert_eq!(stdout_of_success(&reader), "transaction_id\nt2\n");
 
     // Credentials for a finished upload are refused.
     let refused = run(&ctx, &format!("SELECT * FROM vend_credentials('{id}')"))
@@ -467,24 +442,12 @@ async fn the_s3_tables_example_runs_on_the_emulator() {
         example.replace("http://127.0.0.1:5000", &moto.endpoint),
     )
     .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_icestage"))
+    let output = shell_csv("--catalog-config", &config)
         .current_dir(repo())
-        .args([
-            "--catalog-config",
-            config.to_str().unwrap(),
-            "-q",
-            "--format",
-            "csv",
-        ])
         .args(["-f", "sql/examples/s3tables_flow.sql"])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = stdout_of_success(&output);
     assert!(
         stdout.contains("state,rows,files,path\npromoted,2,1,copy\n"),
         "{stdout}"

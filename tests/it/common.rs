@@ -2,7 +2,7 @@
 //! the Python interpreter of the test virtual environment.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use datafusion::arrow::array::RecordBatch;
@@ -142,4 +142,25 @@ pub async fn create_upload(ctx: &SessionContext, target: &str) -> Upload {
         staging_table: value(&batches, "staging_table"),
         connection: value(&batches, "connection"),
     }
+}
+
+/// The `icestage` shell on one catalog (`--warehouse DIR` or
+/// `--catalog-config FILE`), quiet, printing CSV.
+pub fn shell_csv(catalog_flag: &str, catalog: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_icestage"));
+    command
+        .arg(catalog_flag)
+        .arg(catalog)
+        .args(["-q", "--format", "csv"]);
+    command
+}
+
+/// The standard output of a shell run, which must have succeeded.
+pub fn stdout_of_success(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }

@@ -6,7 +6,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::common::{Warehouse, python_script, repo, run, scalar, value};
+use crate::common::{
+    Warehouse, python_script, repo, run, scalar, shell_csv, stdout_of_success, value,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_abandoned_by_a_killed_process_is_marked_failed() {
@@ -135,28 +137,14 @@ async fn pyiceberg_reads_a_ready_download() {
 fn the_download_example_runs_on_the_embedded_default() {
     let warehouse = Warehouse::new();
     let shell = |file: &str| {
-        Command::new(env!("CARGO_BIN_EXE_icestage"))
+        shell_csv("--warehouse", warehouse.path())
             .current_dir(repo())
-            .args([
-                "--warehouse",
-                warehouse.path().to_str().unwrap(),
-                "-q",
-                "--format",
-                "csv",
-                "-f",
-                file,
-            ])
+            .args(["-f", file])
             .output()
             .unwrap()
     };
     assert!(shell("sql/examples/upload_flow.sql").status.success());
-    let output = shell("sql/examples/download_flow.sql");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = stdout_of_success(&shell("sql/examples/download_flow.sql"));
     assert!(stdout.contains("state,rows,files\nready,2,"), "{stdout}");
     assert!(
         stdout.contains("mode,table_name\nread,downloads.download_"),

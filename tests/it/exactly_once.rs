@@ -8,14 +8,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::common::{Warehouse, create_upload, run, scalar};
+use crate::common::{Warehouse, create_upload, run, scalar, shell_csv};
 
 fn icestage(warehouse: &Warehouse, sql: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_icestage"));
-    command
-        .arg("--warehouse")
-        .arg(warehouse.path())
-        .args(["-q", "--format", "csv", "-c", sql]);
+    let mut command = shell_csv("--warehouse", warehouse.path());
+    command.args(["-c", sql]);
     command
 }
 

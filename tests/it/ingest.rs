@@ -10,7 +10,7 @@ use datafusion::prelude::SessionContext;
 use tempfile::TempDir;
 
 use crate::aws::Moto;
-use crate::common::{Warehouse, python_script, run, scalar, value};
+use crate::common::{Warehouse, python_script, run, scalar, shell_csv, stdout_of_success, value};
 
 /// The fixtures of `tests/python/ingest_fixtures.py`, plus Snappy and Avro
 /// files written here.
@@ -422,26 +422,15 @@ async fn cross_account_setup_prints_the_owners_policies() {
 fn no_progress_is_printed_when_stderr_is_not_a_terminal() {
     let files = fixtures();
     let warehouse = Warehouse::new();
-    let output = Command::new(env!("CARGO_BIN_EXE_icestage"))
-        .args([
-            "--warehouse",
-            warehouse.path().to_str().unwrap(),
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-        ])
+    let output = shell_csv("--warehouse", warehouse.path())
+        .arg("-c")
         .arg(format!(
             "COPY INTO raw.events FROM '{}' WITH (all_files = true)",
             uri(&files, "csv")
         ))
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    stdout_of_success(&output);
     assert_eq!(String::from_utf8_lossy(&output.stderr), "");
 }
 
