@@ -88,6 +88,11 @@ async fn app(config_text: &str) -> axum::Router {
     router(AppState::new(config).await.unwrap())
 }
 
+/// [`call`] with the token of `acme` and no body.
+async fn call_as_acme(app: &axum::Router, method: &str, path: &str) -> (StatusCode, Value) {
+    call(app, method, path, Some(TOKEN), None).await
+}
+
 async fn call(
     app: &axum::Router,
     method: &str,
@@ -167,14 +172,8 @@ async fn the_upload_and_download_flow_through_the_router() {
     let (_, again) = call(&app, "POST", "/uploads", Some(TOKEN), Some(create)).await;
     assert_eq!(text(&again, "upload_id"), id);
 
-    let (status, credentials) = call(
-        &app,
-        "POST",
-        &format!("/uploads/{id}/credentials"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, credentials) =
+        call_as_acme(&app, "POST", &format!("/uploads/{id}/credentials")).await;
     assert_eq!(status, StatusCode::OK, "{credentials}");
     assert_eq!(text(&credentials, "mode"), "write");
 
@@ -190,14 +189,7 @@ async fn the_upload_and_download_flow_through_the_router() {
     )
     .await
     .unwrap();
-    let (status, accepted) = call(
-        &app,
-        "POST",
-        &format!("/uploads/{id}/complete"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, accepted) = call_as_acme(&app, "POST", &format!("/uploads/{id}/complete")).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
     let done = poll_until(&app, &format!("/uploads/{id}"), &["promoted", "failed"]).await;
     assert_eq!(
@@ -209,14 +201,7 @@ async fn the_upload_and_download_flow_through_the_router() {
         scalar(&client, "SELECT count(*) FROM payments.transactions").await,
         "2"
     );
-    let (status, closed) = call(
-        &app,
-        "POST",
-        &format!("/uploads/{id}/credentials"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, closed) = call_as_acme(&app, "POST", &format!("/uploads/{id}/credentials")).await;
     assert_eq!(status, StatusCode::CONFLICT, "{closed}");
 
     // Findings of a failed upload, paged.
@@ -248,14 +233,7 @@ async fn the_upload_and_download_flow_through_the_router() {
     )
     .await
     .unwrap();
-    call(
-        &app,
-        "POST",
-        &format!("/uploads/{failing_id}/complete"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    call_as_acme(&app, "POST", &format!("/uploads/{failing_id}/complete")).await;
     let failed = poll_until(
         &app,
         &format!("/uploads/{failing_id}"),
@@ -265,12 +243,10 @@ async fn the_upload_and_download_flow_through_the_router() {
     assert_eq!(text(&failed, "state"), "failed", "{failed}");
     // amount_cents 0 and -1..-4 break the rule.
     assert_eq!(failed["findings"].as_i64(), Some(5), "{failed}");
-    let (status, page) = call(
+    let (status, page) = call_as_acme(
         &app,
         "GET",
         &format!("/uploads/{failing_id}/findings?page=2&page_size=3"),
-        Some(TOKEN),
-        None,
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{page}");
@@ -282,14 +258,7 @@ async fn the_upload_and_download_flow_through_the_router() {
         (Some(5), Some(2)),
         "{page}"
     );
-    let (status, aborted) = call(
-        &app,
-        "DELETE",
-        &format!("/uploads/{failing_id}"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, aborted) = call_as_acme(&app, "DELETE", &format!("/uploads/{failing_id}")).await;
     assert_eq!(
         (status, text(&aborted, "state")),
         (StatusCode::OK, "aborted".to_string())
@@ -312,12 +281,10 @@ async fn the_upload_and_download_flow_through_the_router() {
         ("ready".to_string(), Some(1)),
         "{ready}"
     );
-    let (status, read) = call(
+    let (status, read) = call_as_acme(
         &app,
         "POST",
         &format!("/downloads/{download_id}/credentials"),
-        Some(TOKEN),
-        None,
     )
     .await;
     assert_eq!(
@@ -428,24 +395,12 @@ async fn each_token_has_a_rate_limit() {
         config(&warehouse, "").replace("requests_per_minute = 10000", "requests_per_minute = 3");
     let app = app(&limited).await;
     for _ in 0..3 {
-        let (status, _) = call(
-            &app,
-            "GET",
-            "/uploads/0123456789abcdef0123456789abcdef",
-            Some(TOKEN),
-            None,
-        )
-        .await;
+        let (status, _) =
+            call_as_acme(&app, "GET", "/uploads/0123456789abcdef0123456789abcdef").await;
         assert_ne!(status, StatusCode::TOO_MANY_REQUESTS);
     }
-    let (status, error) = call(
-        &app,
-        "GET",
-        "/uploads/0123456789abcdef0123456789abcdef",
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, error) =
+        call_as_acme(&app, "GET", "/uploads/0123456789abcdef0123456789abcdef").await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{error}");
     assert!(
         error["error"]["message"]
@@ -497,14 +452,7 @@ async fn a_request_over_its_deadline_gets_504_and_its_retry_opens_one_upload() {
         "1",
         "the cut-off create and its retries opened one upload"
     );
-    let (status, got) = call(
-        &patient,
-        "GET",
-        &format!("/uploads/{id}"),
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, got) = call_as_acme(&patient, "GET", &format!("/uploads/{id}")).await;
     assert_eq!(
         (status, text(&got, "state")),
         (StatusCode::OK, "open".to_string()),
