@@ -6,8 +6,7 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::handlers::table_name;
-use super::{ApiError, AppState, json_rows};
+use super::{ApiError, AppState};
 
 /// The body of `POST /downloads`.
 #[derive(Debug, Deserialize)]
@@ -97,29 +96,36 @@ pub(crate) async fn download_sql(
     quoted: &str,
     request: &DownloadRequest,
 ) -> Result<String, ApiError> {
-    let (_, _) = table_name(table)?;
-    let (namespace, name) = table.split_once('.').expect("checked by table_name");
-    let columns: Vec<(String, String)> = json_rows(
-        &state
-            .run(&format!(
-                "SELECT column_name, data_type FROM information_schema.columns \
-                 WHERE table_schema = '{namespace}' AND table_name = '{name}' ORDER BY ordinal_position"
-            ))
-            .await?,
-    )
-    .into_iter()
-    .map(|row| {
-        let text = |k: &str| row.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
-        (text("column_name"), text("data_type"))
-    })
-    .collect();
-    if columns.is_empty() {
+    // One table's schema, from its metadata (information_schema would load
+    // every table of every catalog).
+    let (namespace, name) = table
+        .split_once('.')
+        .expect("the caller checked it with table_name");
+    let ctx = &state.0.ctx;
+    let default_catalog = ctx.state().config_options().catalog.default_catalog.clone();
+    let provider = match ctx
+        .catalog(&default_catalog)
+        .and_then(|c| c.schema(namespace))
+    {
+        Some(schema) => schema
+            .table(name)
+            .await
+            .map_err(|e| ApiError::from(crate::error::Error::from(e)))?,
+        None => None,
+    };
+    let Some(provider) = provider else {
         return Err(ApiError::new(
             axum::http::StatusCode::NOT_FOUND,
             "not_found",
             format!("table '{table}' does not exist"),
         ));
-    }
+    };
+    let columns: Vec<(String, String)> = provider
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().to_string()))
+        .collect();
     let names = || {
         columns
             .iter()

@@ -49,7 +49,6 @@ pub(crate) fn table_name(text: &str) -> std::result::Result<(String, String), Ap
     ))
 }
 
-/// A duration option, checked before it reaches SQL.
 /// The `WITH (...)` options every session the API opens has: its owner
 /// (the caller's token) and the requested ttl, checked.
 fn session_options(
@@ -65,17 +64,15 @@ fn session_options(
 }
 
 fn hex_id(id: &str, session: Session) -> std::result::Result<String, ApiError> {
-    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        Ok(id.to_ascii_lowercase())
-    } else {
+    crate::upload::id_shape(id).ok_or_else(|| {
         let what = match session {
             Session::Upload => "an upload",
             Session::Download => "a download",
         };
-        Err(ApiError::bad_request(format!(
+        ApiError::bad_request(format!(
             "'{id}' is not {what} id: ids are the 32 hex characters the API returned"
-        )))
-    }
+        ))
+    })
 }
 
 fn quote(text: &str) -> String {
