@@ -223,6 +223,21 @@ impl IcebergCatalog {
         &self.client_properties
     }
 
+    /// [`Self::client_properties`] with the catalog's `name`: everything a
+    /// `load_catalog(props.pop("name"), **props)` call needs.
+    pub(crate) fn named_client_properties(&self) -> BTreeMap<String, String> {
+        let mut properties = self.client_properties.clone();
+        properties.insert("name".to_string(), self.name.clone());
+        properties
+    }
+
+    /// [`Self::named_client_properties`] as JSON, the `connection` column
+    /// of `CREATE UPLOAD` and `CREATE DOWNLOAD`.
+    pub(crate) fn connection_json(&self) -> Result<String> {
+        serde_json::to_string(&self.named_client_properties())
+            .map_err(|e| Error::invalid(e.to_string()))
+    }
+
     /// A turn at committing to `key` (a table): this process's commits to
     /// one table wait for each other instead of conflicting and retrying.
     pub(crate) async fn exclusive(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {

@@ -23,9 +23,7 @@ use crate::download::{Download, DownloadId, DownloadState, find_download};
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, vend_schema};
 use crate::plan::rows::{Value, batch};
-use crate::upload::promote::closed_or_unknown;
-use crate::upload::status::status_of;
-use crate::upload::{Staging, UploadId, UploadState, find_staging};
+use crate::upload::{Staging, UploadId, UploadState, find_staging, log};
 
 /// The default lifetime of vended credentials.
 pub(crate) const DEFAULT_DURATION: Duration = Duration::from_secs(3600);
@@ -69,8 +67,7 @@ fn connection(
     credentials: Option<&VendedCredentials>,
 ) -> Result<Connection> {
     let aws = catalog.aws();
-    let mut properties = catalog.client_properties().clone();
-    properties.insert("name".to_string(), catalog.name().to_string());
+    let mut properties = catalog.named_client_properties();
     let mut config = BTreeMap::new();
     let kind = match catalog.kind() {
         CatalogKind::Sql { uri, warehouse } => {
@@ -180,10 +177,12 @@ fn refuse(id: &UploadId, state: UploadState, why: &str) -> Error {
 /// The live session of `id` in a state that allows `mode`.
 async fn open_session(ctx: &CommandContext, id: &UploadId, mode: AccessMode) -> Result<Staging> {
     let Some(staging) = find_staging(&ctx.icestage, id).await? else {
-        return Err(match status_of(&ctx.icestage, id).await? {
-            Some(record) => refuse(id, record.state, ""),
-            None => closed_or_unknown(&ctx.icestage, id).await?,
-        });
+        return Err(
+            match log::find::<UploadState>(&ctx.icestage, log::UPLOADS, id.as_str()).await? {
+                Some(record) => refuse(id, record.state, ""),
+                None => Error::UnknownUpload(id.to_string()),
+            },
+        );
     };
     if staging.is_expired(Utc::now()) {
         return Err(refuse(

@@ -160,10 +160,7 @@ pub(crate) async fn create_download(
         ctx.icestage.keep_background(filling);
         DownloadState::Pending
     };
-    let mut connection = catalog.client_properties().clone();
-    connection.insert("name".to_string(), catalog.name().to_string());
-    let connection =
-        serde_json::to_string(&connection).map_err(|e| Error::invalid(e.to_string()))?;
+    let connection = catalog.connection_json()?;
     batch(
         create_download_schema(),
         &[vec![

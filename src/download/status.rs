@@ -40,12 +40,7 @@ pub(crate) async fn status_of(
         download.settle().await?;
         return Ok(Some(live_record(&download)));
     }
-    for catalog in icestage.catalogs() {
-        if let Some(record) = log::lookup::<DownloadState>(catalog, DOWNLOADS, id.as_str()).await? {
-            return Ok(Some(record));
-        }
-    }
-    Ok(None)
+    log::find(icestage, DOWNLOADS, id.as_str()).await
 }
 
 fn rows(records: &[DownloadRecord]) -> Result<RecordBatch> {

@@ -3,7 +3,7 @@
 
 use datafusion::arrow::array::RecordBatch;
 
-use super::promote::{closed_or_unknown, load_target};
+use super::promote::load_target;
 use super::{Staging, UploadId, UploadState, find_staging, findings, log, promoted_snapshot};
 use crate::context::Icestage;
 use crate::error::{Error, Result};
@@ -27,28 +27,25 @@ async fn abort(icestage: &Icestage, id: &UploadId) -> Result<UploadState> {
         discard(staging, UploadState::Aborted).await?;
         return Ok(UploadState::Aborted);
     }
-    for catalog in icestage.catalogs() {
-        if let Some(record) = log::lookup::<UploadState>(catalog, log::UPLOADS, id.as_str()).await?
-        {
-            return match record.state {
-                // Aborting twice is harmless.
-                UploadState::Aborted | UploadState::Expired => Ok(record.state),
-                state => Err(Error::UploadState {
-                    id: id.to_string(),
-                    state: state.to_string(),
-                    hint: format!(
-                        "its rows are in {}{}; a promoted upload cannot be aborted",
-                        record.target,
-                        record
-                            .snapshot_id
-                            .map(|s| format!(" (snapshot {s})"))
-                            .unwrap_or_default()
-                    ),
-                }),
-            };
-        }
+    match log::find::<UploadState>(icestage, log::UPLOADS, id.as_str()).await? {
+        Some(record) => match record.state {
+            // Aborting twice is harmless.
+            UploadState::Aborted | UploadState::Expired => Ok(record.state),
+            state => Err(Error::UploadState {
+                id: id.to_string(),
+                state: state.to_string(),
+                hint: format!(
+                    "its rows are in {}{}; a promoted upload cannot be aborted",
+                    record.target,
+                    record
+                        .snapshot_id
+                        .map(|s| format!(" (snapshot {s})"))
+                        .unwrap_or_default()
+                ),
+            }),
+        },
+        None => Err(Error::UnknownUpload(id.to_string())),
     }
-    Err(closed_or_unknown(icestage, id).await?)
 }
 
 /// Marks the session `state` (aborted or expired), records it and purges the

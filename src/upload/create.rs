@@ -87,10 +87,7 @@ fn upload_row(
     state: &str,
     expires_at: Option<chrono::DateTime<Utc>>,
 ) -> Result<RecordBatch> {
-    let mut connection = catalog.client_properties().clone();
-    connection.insert("name".to_string(), catalog.name().to_string());
-    let connection =
-        serde_json::to_string(&connection).map_err(|e| Error::invalid(e.to_string()))?;
+    let connection = catalog.connection_json()?;
     batch(
         create_upload_schema(),
         &[vec![

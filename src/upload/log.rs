@@ -18,6 +18,7 @@ use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 use super::{SessionRecord, is_missing};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::insert::append_batch;
+use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::plan::rows::{Value, batch};
 use std::fmt::Display;
@@ -135,6 +136,21 @@ pub(crate) async fn lookup<S: FromStr<Err = Error>>(
 ) -> Result<Option<SessionRecord<S>>> {
     let records = read(catalog, log, Some(id)).await?;
     Ok(records.into_iter().max_by_key(|r| r.recorded_at))
+}
+
+/// The latest record of session `id` in the log of whichever catalog holds
+/// it (a session lives in one catalog).
+pub(crate) async fn find<S: FromStr<Err = Error>>(
+    icestage: &Icestage,
+    log: SessionLog,
+    id: &str,
+) -> Result<Option<SessionRecord<S>>> {
+    for catalog in icestage.catalogs() {
+        if let Some(record) = lookup(catalog, log, id).await? {
+            return Ok(Some(record));
+        }
+    }
+    Ok(None)
 }
 
 /// The latest record of every upload in the log of `catalog`.

@@ -110,8 +110,8 @@ pub(crate) async fn promote(icestage: &Icestage, id: &UploadId) -> Result<Promot
         Ok(promotion) => Ok(promotion),
         // A concurrent promotion may have finished while this one was
         // working (and dropped the staging table under it): that is success.
-        Err(error) => match already_promoted(icestage, id).await {
-            Ok(Some(promotion)) => Ok(promotion),
+        Err(error) => match log::find(icestage, log::UPLOADS, id.as_str()).await {
+            Ok(Some(record)) => already_promoted(id, &record).ok_or(error),
             _ => Err(error),
         },
     }
@@ -119,9 +119,10 @@ pub(crate) async fn promote(icestage: &Icestage, id: &UploadId) -> Result<Promot
 
 async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Result<Promotion> {
     let Some(mut staging) = find_staging(icestage, id).await? else {
-        return match already_promoted(icestage, id).await? {
+        let record = log::find(icestage, log::UPLOADS, id.as_str()).await?;
+        return match record.as_ref().and_then(|r| already_promoted(id, r)) {
             Some(promotion) => Ok(promotion),
-            None => Err(closed_or_unknown(icestage, id).await?),
+            None => Err(closed_or_unknown(id, record)),
         };
     };
     let target = load_target(&staging).await?;
@@ -317,44 +318,38 @@ fn already_message(target: &str, snapshot_id: i64) -> String {
     format!("already promoted into {target} in snapshot {snapshot_id}; nothing changed")
 }
 
-/// The promotion recorded in an upload log, if the upload was promoted.
-async fn already_promoted(icestage: &Icestage, id: &UploadId) -> Result<Option<Promotion>> {
-    for catalog in icestage.catalogs() {
-        if let Some(record) = log::lookup::<UploadState>(catalog, log::UPLOADS, id.as_str()).await?
-            && record.state == UploadState::Promoted
-        {
-            let message = match record.snapshot_id {
-                Some(snapshot_id) => already_message(&record.target, snapshot_id),
-                None => "already promoted (the upload was empty); nothing changed".to_string(),
-            };
-            return Ok(Some(Promotion {
-                id: id.clone(),
-                rows: record.rows.unwrap_or(0),
-                files: record.files.unwrap_or(0),
-                snapshot_id: record.snapshot_id,
-                path: PATH_NONE,
-                findings: 0,
-                message,
-                state: UploadState::Promoted,
-            }));
-        }
+/// The promotion an upload's log record tells of, if it was promoted.
+fn already_promoted(id: &UploadId, record: &UploadRecord) -> Option<Promotion> {
+    if record.state != UploadState::Promoted {
+        return None;
     }
-    Ok(None)
+    let message = match record.snapshot_id {
+        Some(snapshot_id) => already_message(&record.target, snapshot_id),
+        None => "already promoted (the upload was empty); nothing changed".to_string(),
+    };
+    Some(Promotion {
+        id: id.clone(),
+        rows: record.rows.unwrap_or(0),
+        files: record.files.unwrap_or(0),
+        snapshot_id: record.snapshot_id,
+        path: PATH_NONE,
+        findings: 0,
+        message,
+        state: UploadState::Promoted,
+    })
 }
 
-/// The error for an id with no staging table: aborted, expired or unknown.
-pub(crate) async fn closed_or_unknown(icestage: &Icestage, id: &UploadId) -> Result<Error> {
-    for catalog in icestage.catalogs() {
-        if let Some(record) = log::lookup::<UploadState>(catalog, log::UPLOADS, id.as_str()).await?
-        {
-            return Ok(Error::UploadClosed {
-                id: id.to_string(),
-                state: record.state.to_string(),
-                target: record.target,
-            });
-        }
+/// The error for an id with no staging table, from its log record:
+/// aborted, expired, or (no record) unknown.
+fn closed_or_unknown(id: &UploadId, record: Option<UploadRecord>) -> Error {
+    match record {
+        Some(record) => Error::UploadClosed {
+            id: id.to_string(),
+            state: record.state.to_string(),
+            target: record.target,
+        },
+        None => Error::UnknownUpload(id.to_string()),
     }
-    Ok(Error::UnknownUpload(id.to_string()))
 }
 
 pub(crate) async fn load_target(staging: &Staging) -> Result<Table> {

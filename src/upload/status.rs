@@ -59,13 +59,7 @@ pub(crate) async fn status_of(icestage: &Icestage, id: &UploadId) -> Result<Opti
         let target = load(&staging, &staging.target).await;
         return Ok(Some(live_record(&staging, target.as_ref(), Utc::now())));
     }
-    for catalog in icestage.catalogs() {
-        if let Some(record) = log::lookup::<UploadState>(catalog, log::UPLOADS, id.as_str()).await?
-        {
-            return Ok(Some(record));
-        }
-    }
-    Ok(None)
+    log::find(icestage, log::UPLOADS, id.as_str()).await
 }
 
 pub(crate) async fn upload_status(ctx: &CommandContext, id: &str) -> Result<RecordBatch> {
