@@ -29,11 +29,14 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use iceberg::TableIdent;
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::table::Table;
 
 use super::IcebergCatalog;
 use super::commit::append_files;
 use crate::error::Result;
 use crate::plan::node::one_batch;
+use crate::plan::rows::{Value, batch};
 use crate::upload::transfer::{write_partitions, write_rows};
 
 /// An Iceberg table as DataFusion sees it: iceberg-datafusion's provider for
@@ -154,16 +157,18 @@ pub(crate) async fn insert_into(
     Ok(rows)
 }
 
-/// Appends `rows` (a few log rows) to an Iceberg table in one commit.
-pub(crate) async fn append_batch(
+/// Appends `rows` (a few log rows, values in the order of the table's
+/// columns) to `table` in one commit.
+pub(crate) async fn append_rows(
     catalog: &IcebergCatalog,
-    ident: &TableIdent,
-    rows: RecordBatch,
+    table: &Table,
+    rows: &[Vec<Value>],
 ) -> Result<()> {
-    let table = catalog.catalog().load_table(ident).await?;
+    let schema = Arc::new(schema_to_arrow_schema(table.metadata().current_schema())?);
     let prefix = format!("icestage-{}", uuid::Uuid::new_v4());
-    let files = write_rows(&table, &prefix, futures::stream::iter([Ok(rows)])).await?;
-    append_files(catalog, &table, files).await
+    let rows = futures::stream::iter([batch(schema, rows)]);
+    let files = write_rows(table, &prefix, rows).await?;
+    append_files(catalog, table, files).await
 }
 
 /// The plan of an `INSERT INTO` an Iceberg table: one output partition with

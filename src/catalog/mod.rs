@@ -18,8 +18,9 @@ use std::sync::Arc;
 
 use std::fmt;
 
+use iceberg::spec::Schema;
 use iceberg::table::Table;
-use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableIdent};
+use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
 use iceberg_catalog_s3tables::S3TablesCatalogBuilder;
 use iceberg_catalog_sql::SqlCatalogBuilder;
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
@@ -341,6 +342,33 @@ impl IcebergCatalog {
                 Ok(true) => Ok(()),
                 _ => Err(e.into()),
             },
+        }
+    }
+
+    /// Table `ident`, created with `schema` (and its namespace) unless it
+    /// exists; racing creators both get the table.
+    pub(crate) async fn table_or_create(
+        &self,
+        ident: &TableIdent,
+        schema: impl FnOnce() -> Result<Schema>,
+    ) -> Result<Table> {
+        match self.catalog.load_table(ident).await {
+            Ok(table) => return Ok(table),
+            Err(e)
+                if e.kind() == iceberg::ErrorKind::TableNotFound
+                    || e.kind() == iceberg::ErrorKind::NamespaceNotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.ensure_namespace(ident.namespace()).await?;
+        let creation = TableCreation::builder()
+            .name(ident.name().to_string())
+            .schema(schema()?)
+            .build();
+        match self.catalog.create_table(ident.namespace(), creation).await {
+            Ok(table) => Ok(table),
+            // Another process created it first (the SQL catalog may report
+            // the race as a failed insert rather than TableAlreadyExists).
+            Err(e) => self.catalog.load_table(ident).await.map_err(|_| e.into()),
         }
     }
 }

@@ -33,7 +33,7 @@ use super::source::{Access, SourceFile, select};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::{append_once, snapshot_with};
 use crate::catalog::ddl::iceberg_schema;
-use crate::catalog::insert::append_batch;
+use crate::catalog::insert::append_rows;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, copy_schema};
 use crate::plan::rows::{Value, batch};
@@ -75,27 +75,7 @@ fn log_schema() -> Result<Schema> {
 }
 
 async fn log_table(catalog: &IcebergCatalog) -> Result<Table> {
-    let ident = log_ident();
-    if let Ok(table) = catalog.catalog().load_table(&ident).await {
-        return Ok(table);
-    }
-    catalog.ensure_namespace(ident.namespace()).await?;
-    let creation = TableCreation::builder()
-        .name(ident.name().to_string())
-        .schema(log_schema()?)
-        .build();
-    match catalog
-        .catalog()
-        .create_table(ident.namespace(), creation)
-        .await
-    {
-        Ok(table) => Ok(table),
-        Err(e) => catalog
-            .catalog()
-            .load_table(&ident)
-            .await
-            .map_err(|_| e.into()),
-    }
+    catalog.table_or_create(&log_ident(), log_schema).await
 }
 
 /// One file as the log knows it.
@@ -180,9 +160,6 @@ async fn log_rows(
     files: &[SourceFile],
 ) -> Result<()> {
     let table = log_table(catalog).await?;
-    let schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(
-        table.metadata().current_schema(),
-    )?);
     let now = Some(Utc::now());
     let rows: Vec<Vec<Value>> = if files.is_empty() {
         vec![vec![
@@ -212,7 +189,7 @@ async fn log_rows(
             })
             .collect()
     };
-    append_batch(catalog, table.identifier(), batch(schema, &rows)?).await
+    append_rows(catalog, &table, &rows).await
 }
 
 /// The table `ident`, created from `source`'s columns when missing.

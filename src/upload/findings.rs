@@ -13,9 +13,9 @@ use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use super::{STAGING_NAMESPACE, UploadId, is_missing};
 use crate::catalog::IcebergCatalog;
-use crate::catalog::insert::append_batch;
+use crate::catalog::insert::append_rows;
 use crate::error::{Error, Result};
-use crate::plan::rows::{Value, batch};
+use crate::plan::rows::Value;
 
 /// Prefix of a findings table's name; the upload id follows.
 pub const FINDINGS_TABLE_PREFIX: &str = "findings_";
@@ -97,11 +97,8 @@ pub(crate) async fn replace(
     if findings.is_empty() {
         return Ok(());
     }
-    let schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(
-        table.metadata().current_schema(),
-    )?);
     let rows: Vec<Vec<Value>> = findings.iter().map(|f| f.row_values(id)).collect();
-    append_batch(catalog, &ident, batch(schema, &rows)?).await
+    append_rows(catalog, &table, &rows).await
 }
 
 /// Removes the findings of upload `id`, with their files.

@@ -13,14 +13,14 @@ use futures::TryStreamExt;
 use iceberg::expr::Reference;
 use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
-use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{NamespaceIdent, TableIdent};
 
 use super::{SessionRecord, is_missing};
 use crate::catalog::IcebergCatalog;
-use crate::catalog::insert::append_batch;
+use crate::catalog::insert::append_rows;
 use crate::context::Icestage;
 use crate::error::{Error, Result};
-use crate::plan::rows::{Value, batch};
+use crate::plan::rows::Value;
 use std::fmt::Display;
 use std::str::FromStr;
 
@@ -72,30 +72,7 @@ fn log_schema() -> Result<Schema> {
 
 /// The log table of `catalog`, created on first use.
 pub(crate) async fn log_table(catalog: &IcebergCatalog, log: SessionLog) -> Result<Table> {
-    let ident = log_ident(log);
-    match catalog.catalog().load_table(&ident).await {
-        Ok(table) => return Ok(table),
-        Err(e) if is_missing(&e) => {}
-        Err(e) => return Err(e.into()),
-    }
-    catalog.ensure_namespace(ident.namespace()).await?;
-    let creation = TableCreation::builder()
-        .name(ident.name().to_string())
-        .schema(log_schema()?)
-        .build();
-    match catalog
-        .catalog()
-        .create_table(ident.namespace(), creation)
-        .await
-    {
-        Ok(table) => Ok(table),
-        // Another process created it first (the SQL catalog may report the
-        // race as a failed insert rather than TableAlreadyExists).
-        Err(e) => match catalog.catalog().load_table(&ident).await {
-            Ok(table) => Ok(table),
-            Err(_) => Err(e.into()),
-        },
-    }
+    catalog.table_or_create(&log_ident(log), log_schema).await
 }
 
 /// Appends `record` to the log of `catalog`.
@@ -105,27 +82,21 @@ pub(crate) async fn append<S: Display>(
     record: &SessionRecord<S>,
 ) -> Result<()> {
     let table = log_table(catalog, log).await?;
-    let schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(
-        table.metadata().current_schema(),
-    )?);
-    let rows = batch(
-        Arc::clone(&schema),
-        &[vec![
-            Value::from(record.id.clone()),
-            Value::from(record.state.to_string()),
-            Value::from(record.target.clone()),
-            Value::from(record.staging.clone()),
-            Value::from(record.created_at),
-            Value::from(record.expires_at),
-            Value::from(Some(record.recorded_at.unwrap_or_else(Utc::now))),
-            Value::from(record.rows),
-            Value::from(record.files),
-            Value::from(record.snapshot_id),
-            Value::from(record.message.clone()),
-            Value::from(record.owner.clone()),
-        ]],
-    )?;
-    append_batch(catalog, table.identifier(), rows).await
+    let rows = [vec![
+        Value::from(record.id.clone()),
+        Value::from(record.state.to_string()),
+        Value::from(record.target.clone()),
+        Value::from(record.staging.clone()),
+        Value::from(record.created_at),
+        Value::from(record.expires_at),
+        Value::from(Some(record.recorded_at.unwrap_or_else(Utc::now))),
+        Value::from(record.rows),
+        Value::from(record.files),
+        Value::from(record.snapshot_id),
+        Value::from(record.message.clone()),
+        Value::from(record.owner.clone()),
+    ]];
+    append_rows(catalog, &table, &rows).await
 }
 
 /// The latest record of `upload_id` in the log of `catalog`.
