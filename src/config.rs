@@ -25,6 +25,13 @@ extensions_options! {
         /// How long a new download stays before `EXPIRE STAGING` removes it.
         /// `CREATE DOWNLOAD ... WITH (ttl = ...)` overrides it.
         pub download_ttl: Ttl, default = Ttl::default()
+
+        /// The longest time to live an upload or download may ask for.
+        pub max_ttl: Ttl, default = Ttl("7d".to_string())
+
+        /// How long a promotion's claim holds: a `promoting` upload whose claim
+        /// is older can be taken over by `ABORT UPLOAD` and `EXPIRE STAGING`.
+        pub promotion_lease: Ttl, default = Ttl("60s".to_string())
     }
 }
 
@@ -223,12 +230,24 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
         ))
     };
     let value: u64 = number.parse().map_err(|_| bad())?;
+    let seconds = |per: u64| {
+        value
+            .checked_mul(per)
+            .filter(|s| *s <= MAX_DURATION_SECS)
+            .map(Duration::from_secs)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "duration '{text}' is too long: the longest is {} days",
+                    MAX_DURATION_SECS / 86_400
+                ))
+            })
+    };
     let duration = match unit.trim() {
-        "ms" | "millis" | "milliseconds" => Duration::from_millis(value),
-        "" | "s" | "sec" | "secs" | "seconds" => Duration::from_secs(value),
-        "m" | "min" | "mins" | "minutes" => Duration::from_secs(value * 60),
-        "h" | "hour" | "hours" => Duration::from_secs(value * 3600),
-        "d" | "day" | "days" => Duration::from_secs(value * 86_400),
+        "ms" | "millis" | "milliseconds" => seconds(1).map(|_| Duration::from_millis(value))?,
+        "" | "s" | "sec" | "secs" | "seconds" => seconds(1)?,
+        "m" | "min" | "mins" | "minutes" => seconds(60)?,
+        "h" | "hour" | "hours" => seconds(3600)?,
+        "d" | "day" | "days" => seconds(86_400)?,
         _ => return Err(bad()),
     };
     if duration.is_zero() {
@@ -237,6 +256,23 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
         )));
     }
     Ok(duration)
+}
+
+/// The longest duration [`parse_duration`] accepts: 100 years, far below
+/// what time arithmetic can hold.
+const MAX_DURATION_SECS: u64 = 100 * 365 * 86_400;
+
+/// `ttl` if it is at most `max` (the `max_ttl` option); an error naming both
+/// otherwise. `what` names the session kind (`upload`, `download`).
+pub(crate) fn bounded_ttl(ttl: &str, max: &str, what: &str) -> Result<Duration> {
+    let (value, limit) = (parse_duration(ttl)?, parse_duration(max)?);
+    if value > limit {
+        return Err(Error::invalid(format!(
+            "{what} ttl '{ttl}' is longer than the maximum of '{max}': ask for at most '{max}', \
+             or raise it with SET icestage.max_ttl = '...'"
+        )));
+    }
+    Ok(value)
 }
 
 /// `duration` as [`parse_duration`] reads it back: `1500ms`, `90s`.

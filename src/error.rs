@@ -81,6 +81,19 @@ pub enum Error {
         reasons: Vec<String>,
     },
 
+    /// A client changed what only icestage may write: a session's sealed
+    /// properties, or a staging table's location or paths.
+    #[error(
+        "upload '{id}' cannot be promoted: {reason}; the target is unchanged. \
+         ABORT UPLOAD '{id}' discards it; open a new upload to send the rows again"
+    )]
+    Tampered {
+        /// Upload id.
+        id: String,
+        /// What was changed.
+        reason: String,
+    },
+
     /// A table that a statement refers to does not exist.
     #[error("table '{table}' does not exist{hint}")]
     TableNotFound {

@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use iceberg::Catalog;
 use iceberg::spec::{DataFile, SnapshotRef};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -134,8 +133,11 @@ pub(crate) async fn append_once(
     // Commits of this process to one table take turns; other processes are
     // met by retries.
     let _turn = catalog.exclusive(&table.identifier().to_string()).await;
+    let pointers = catalog.pointers().clone();
     let catalog = catalog.catalog();
-    let guarded = ScopedCatalog::new(Arc::clone(catalog)).check_on_load(check);
+    let guarded = ScopedCatalog::new(Arc::clone(catalog))
+        .check_on_load(check)
+        .exact(pointers);
     let mut base = table.clone();
     let mut attempt = 0u32;
     loop {
@@ -183,11 +185,13 @@ pub(crate) enum Swap {
 const CONDITION_FAILED: &str = "the table changed concurrently: state is now ";
 
 /// Sets `properties` on `table`, but only if `accept` approves the table's
-/// properties as they are when the commit is attempted: the check runs again
-/// on every retry, so two processes racing for one transition cannot both
-/// win. `state_key` names the property reported when the check refuses.
+/// properties as they are when the commit is attempted, and only on the very
+/// version it approved (a compare-and-swap of the table's pointer): two
+/// processes racing for one transition can never both win. The check runs
+/// again on every retry. `state_key` names the property reported when the
+/// check refuses.
 pub(crate) async fn swap_properties(
-    catalog: &Arc<dyn Catalog>,
+    catalog: &IcebergCatalog,
     table: &Table,
     state_key: &'static str,
     accept: impl Fn(&HashMap<String, String>) -> bool + Send + Sync + 'static,
@@ -208,18 +212,29 @@ pub(crate) async fn swap_properties(
             ))
         }
     });
-    let guarded = ScopedCatalog::new(Arc::clone(catalog)).check_on_load(check);
-    let tx = Transaction::new(table);
-    let mut action = tx.update_table_properties();
-    for (key, value) in properties {
-        action = action.set(key, value);
-    }
-    let tx = action.apply(tx)?;
-    match tx.commit(&guarded).await {
-        Ok(table) => Ok(Swap::Done(table)),
-        Err(e) if e.message().starts_with(CONDITION_FAILED) => Ok(Swap::Refused(
-            e.message().trim_start_matches(CONDITION_FAILED).to_string(),
-        )),
-        Err(e) => Err(e.into()),
+    let guarded = ScopedCatalog::new(Arc::clone(catalog.catalog()))
+        .check_on_load(check)
+        .exact(catalog.pointers().clone());
+    let mut attempt = 0u32;
+    loop {
+        let tx = Transaction::new(table);
+        let mut action = tx.update_table_properties();
+        for (key, value) in &properties {
+            action = action.set(key.clone(), value.clone());
+        }
+        let tx = action.apply(tx)?;
+        match tx.commit(&guarded).await {
+            Ok(table) => return Ok(Swap::Done(table)),
+            Err(e) if e.message().starts_with(CONDITION_FAILED) => {
+                return Ok(Swap::Refused(
+                    e.message().trim_start_matches(CONDITION_FAILED).to_string(),
+                ));
+            }
+            Err(e) if retry(&e, attempt) => {
+                attempt += 1;
+                tokio::time::sleep(jitter(attempt)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }

@@ -9,6 +9,7 @@
 pub(crate) mod commit;
 pub(crate) mod ddl;
 pub(crate) mod insert;
+pub(crate) mod pointer;
 pub(crate) mod provider;
 pub(crate) mod scoped;
 
@@ -55,6 +56,11 @@ pub struct IcebergCatalog {
     client_properties: BTreeMap<String, String>,
     /// Per-table turns for this process's commits (see [`Self::exclusive`]).
     turns: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Compare-and-swap of table pointers, for commits that must land on the
+    /// version they checked.
+    pointers: pointer::PointerStore,
+    /// The key that seals sessions' authority, once read (see `upload::seal`).
+    seal_key: tokio::sync::OnceCell<Vec<u8>>,
 }
 
 impl fmt::Debug for IcebergCatalog {
@@ -150,10 +156,12 @@ impl IcebergCatalog {
         Ok(Self {
             name: config.name.clone(),
             catalog: Arc::new(catalog),
+            pointers: pointer::PointerStore::sql(&uri, &config.name),
             kind: CatalogKind::Sql { uri, warehouse },
             aws,
             client_properties,
             turns: Default::default(),
+            seal_key: Default::default(),
         })
     }
 
@@ -170,6 +178,10 @@ impl IcebergCatalog {
         // The S3 Tables API client uses the same identity as the data files.
         let sdk = aws.sdk_config(endpoint_url.as_deref()).await;
         let client = aws_sdk_s3tables::Client::new(&sdk);
+        let pointers = pointer::PointerStore::S3Tables {
+            client: client.clone(),
+            bucket_arn: bucket_arn.clone(),
+        };
         let catalog = S3TablesCatalogBuilder::default()
             .with_client(client)
             .load(&config.name, props)
@@ -206,6 +218,8 @@ impl IcebergCatalog {
             aws,
             client_properties,
             turns: Default::default(),
+            pointers,
+            seal_key: Default::default(),
         })
     }
 
@@ -249,6 +263,16 @@ impl IcebergCatalog {
         lock.lock_owned().await
     }
 
+    /// Where the sealing key is kept once read.
+    pub(crate) fn seal_key(&self) -> &tokio::sync::OnceCell<Vec<u8>> {
+        &self.seal_key
+    }
+
+    /// Compare-and-swap of this catalog's table pointers.
+    pub(crate) fn pointers(&self) -> &pointer::PointerStore {
+        &self.pointers
+    }
+
     pub(crate) fn kind(&self) -> &CatalogKind {
         &self.kind
     }
@@ -276,38 +300,48 @@ impl IcebergCatalog {
         matches!(self.kind, CatalogKind::Sql { .. })
     }
 
-    /// Whether a table's data files stay readable when the table is dropped
-    /// without purge, so promotion may register staging files in the target.
-    /// S3 Tables deletes a table's storage with the table.
-    pub(crate) fn files_outlive_tables(&self) -> bool {
-        matches!(self.kind, CatalogKind::Sql { .. })
+    /// Whether promotion may register staged files in the target as they
+    /// are: only where no credential that can still write reaches them after
+    /// verification. That holds for a SQL catalog on a local warehouse, where
+    /// a client's connection is the catalog itself (trusted clients only);
+    /// on S3 a vended credential may outlive the promotion, and S3 Tables
+    /// deletes a table's storage with the table.
+    pub(crate) fn zero_copy_safe(&self) -> bool {
+        match &self.kind {
+            CatalogKind::Sql { warehouse, .. } => {
+                !(warehouse.starts_with("s3://") || warehouse.starts_with("s3a://"))
+            }
+            CatalogKind::S3Tables { .. } => false,
+        }
     }
 
-    /// Removes a table from the catalog; with `keep_data`, its data files
-    /// stay (another table references them) and only its metadata files are
-    /// deleted.
-    pub(crate) async fn remove_table(&self, table: &Table, keep_data: bool) -> Result<()> {
+    /// Removes a session table from the catalog, then its files: only paths
+    /// under the location icestage gave the table are deleted, whatever its
+    /// metadata names (the metadata may be a client's). With
+    /// [`Removal::MetadataOnly`] its data files stay: the target references
+    /// them. S3 Tables deletes the table's own storage with it.
+    pub(crate) async fn remove_table(&self, table: &Table, removal: Removal) -> Result<()> {
         let ident = table.identifier();
-        let result = if keep_data && self.files_outlive_tables() {
-            self.catalog.drop_table(ident).await
-        } else {
-            self.catalog.purge_table(ident).await
+        let result = match &self.kind {
+            CatalogKind::Sql { .. } => self.catalog.drop_table(ident).await,
+            CatalogKind::S3Tables { .. } => self.catalog.purge_table(ident).await,
         };
-        match result {
-            Ok(()) => {}
+        if let Err(e) = result {
             // A concurrent clean-up got there first (S3 Tables reports it as
             // an unexpected error, so ask).
-            Err(e) => {
-                if self.catalog.table_exists(ident).await.unwrap_or(true) {
-                    return Err(e.into());
-                }
-                return Ok(());
+            if self.catalog.table_exists(ident).await.unwrap_or(true) {
+                return Err(e.into());
             }
+            return Ok(());
         }
-        if keep_data && self.files_outlive_tables() {
-            delete_metadata_files(table).await;
-        }
-        Ok(())
+        let Some(location) = self.default_table_location(ident) else {
+            return Ok(());
+        };
+        let keep: std::collections::HashSet<String> = match removal {
+            Removal::Everything => Default::default(),
+            Removal::MetadataOnly => data_file_paths(table).await,
+        };
+        crate::upload::confine::delete_confined(table, &location, &keep).await
     }
 
     /// Purges `table` with its files, if it exists.
@@ -373,31 +407,34 @@ impl IcebergCatalog {
     }
 }
 
-/// Deletes a dropped table's metadata, manifest lists and manifests but not
-/// its data files. Best effort: the table is already gone from the catalog,
-/// and leftovers are only orphaned files.
-pub(crate) async fn delete_metadata_files(table: &Table) {
-    let keep_data = HashMap::from([("gc.enabled".to_string(), "false".to_string())]);
-    let metadata = table
-        .metadata()
-        .clone()
-        .into_builder(None)
-        .set_properties(keep_data)
-        .and_then(|b| b.build());
-    let Ok(metadata) = metadata else { return };
-    let mut builder = Table::builder()
-        .file_io(table.file_io().clone())
-        .metadata(metadata.metadata)
-        .identifier(table.identifier().clone());
-    if let Some(location) = table.metadata_location() {
-        builder = builder.metadata_location(location.to_string());
+/// What [`IcebergCatalog::remove_table`] deletes besides the catalog entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Removal {
+    /// Every file of the table (within its location).
+    Everything,
+    /// Its metadata files only: another table references its data files.
+    MetadataOnly,
+}
+
+/// Every data file path `table`'s snapshots reference (best effort).
+async fn data_file_paths(table: &Table) -> std::collections::HashSet<String> {
+    let mut paths = std::collections::HashSet::new();
+    for snapshot in table.metadata().snapshots() {
+        let Ok(list) = table.manifest_list_reader(snapshot).load().await else {
+            continue;
+        };
+        for manifest in list.entries() {
+            if let Ok(loaded) = manifest.load_manifest(table.file_io()).await {
+                paths.extend(
+                    loaded
+                        .entries()
+                        .iter()
+                        .map(|e| e.data_file().file_path().to_string()),
+                );
+            }
+        }
     }
-    if let Ok(runtime) = iceberg::Runtime::try_current() {
-        builder = builder.runtime(runtime);
-    }
-    if let Ok(copy) = builder.build() {
-        let _ = iceberg::drop_table_data(&copy).await;
-    }
+    paths
 }
 
 /// Runs an async catalog call from a synchronous DataFusion callback

@@ -11,14 +11,25 @@
 //!   including the retries it performs on conflicts. A load check therefore
 //!   runs on every attempt, which is where promotion re-checks its
 //!   exactly-once evidence (see `upload::promote`).
+//! * With [`ScopedCatalog::exact`], a commit lands on exactly the version
+//!   the check accepted, or not at all: the commit is applied to that
+//!   version and the catalog's pointer is swapped from its metadata location
+//!   ([`super::pointer`]). A racing process that committed in between makes
+//!   the attempt conflict, and the retry loads and checks afresh.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use iceberg::table::Table;
-use iceberg::{Catalog, Namespace, NamespaceIdent, Result, TableCommit, TableCreation, TableIdent};
+use iceberg::{
+    Catalog, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
+    TableCreation, TableIdent,
+};
+
+use super::pointer::PointerStore;
 
 /// A check run on every table load; an error stops the caller.
 pub(crate) type LoadCheck = Arc<dyn Fn(&Table) -> Result<()> + Send + Sync>;
@@ -29,6 +40,9 @@ pub(crate) struct ScopedCatalog {
     inner: Arc<dyn Catalog>,
     only: Option<TableIdent>,
     on_load: Option<LoadCheck>,
+    /// With [`Self::exact`]: the pointer store, and the table the last load
+    /// handed out (the version the check accepted).
+    exact: Option<(PointerStore, Arc<Mutex<Option<Table>>>)>,
 }
 
 impl ScopedCatalog {
@@ -38,7 +52,15 @@ impl ScopedCatalog {
             inner,
             only: None,
             on_load: None,
+            exact: None,
         }
+    }
+
+    /// Commits only against the version the last load handed out (see the
+    /// module documentation).
+    pub(crate) fn exact(mut self, pointers: PointerStore) -> Self {
+        self.exact = Some((pointers, Arc::default()));
+        self
     }
 
     /// Lists only `table` (and its namespace).
@@ -126,6 +148,9 @@ impl Catalog for ScopedCatalog {
         if let Some(check) = &self.on_load {
             check(&loaded)?;
         }
+        if let Some((_, checked)) = &self.exact {
+            *checked.lock().expect("checked table") = Some(loaded.clone());
+        }
         Ok(loaded)
     }
 
@@ -150,6 +175,41 @@ impl Catalog for ScopedCatalog {
     }
 
     async fn update_table(&self, commit: TableCommit) -> Result<Table> {
-        self.inner.update_table(commit).await
+        let Some((pointers, checked)) = &self.exact else {
+            return self.inner.update_table(commit).await;
+        };
+        let ident = commit.identifier().clone();
+        let base = checked
+            .lock()
+            .expect("checked table")
+            .take()
+            .filter(|t| *t.identifier() == ident)
+            .ok_or_else(|| {
+                iceberg::Error::new(
+                    ErrorKind::Unexpected,
+                    format!("internal: a commit to {ident} without a checked load before it"),
+                )
+            })?;
+        let expected = base.metadata_location_result()?.to_string();
+        let staged = commit.apply(base)?;
+        let location = MetadataLocation::from_str(staged.metadata_location_result()?)?;
+        staged
+            .metadata()
+            .write_to(staged.file_io(), &location)
+            .await?;
+        if pointers
+            .swap(&ident, &expected, &location.to_string())
+            .await?
+        {
+            Ok(staged)
+        } else {
+            // Orphaned metadata file: best effort, it is referenced by nothing.
+            let _ = staged.file_io().delete(location.to_string()).await;
+            Err(iceberg::Error::new(
+                ErrorKind::CatalogCommitConflicts,
+                format!("{ident} changed after it was checked"),
+            )
+            .with_retryable(true))
+        }
     }
 }

@@ -21,7 +21,7 @@ use super::{
     DOWNLOADS_NAMESPACE, DownloadId, DownloadState, PROP_DOWNLOAD_ID, PROP_HEARTBEAT_AT,
     PROP_LEASE_SECONDS, PROP_QUERY, PROP_SOURCES,
 };
-use crate::config::parse_duration;
+use crate::config::bounded_ttl;
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, create_download_schema};
@@ -102,10 +102,12 @@ pub(crate) async fn create_download(
             "internal: CREATE DOWNLOAD runs with its query as input",
         ));
     };
-    let ttl = parse_duration(
+    let ttl = bounded_ttl(
         spec.ttl
             .as_deref()
             .unwrap_or(ctx.options.download_ttl.as_str()),
+        ctx.options.max_ttl.as_str(),
+        "download",
     )?;
     let id = DownloadId::random();
     let created_at = Utc::now();

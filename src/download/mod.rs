@@ -249,15 +249,7 @@ impl Download {
         mut properties: HashMap<String, String>,
     ) -> Result<bool> {
         properties.insert(PROP_STATE.to_string(), to.to_string());
-        match swap_properties(
-            self.catalog.catalog(),
-            &self.table,
-            PROP_STATE,
-            accept,
-            properties,
-        )
-        .await?
-        {
+        match swap_properties(&self.catalog, &self.table, PROP_STATE, accept, properties).await? {
             Swap::Done(table) => {
                 *self = Download::from_table(Arc::clone(&self.catalog), table)?;
                 Ok(true)

@@ -123,7 +123,10 @@ pub(crate) async fn wait_download(
 /// Records the end of `download` as `state` and purges its table.
 async fn remove(download: &Download, state: DownloadState) -> Result<()> {
     log::append(&download.catalog, DOWNLOADS, &download.record(state)).await?;
-    download.catalog.remove_table(&download.table, false).await
+    download
+        .catalog
+        .remove_table(&download.table, crate::catalog::Removal::Everything)
+        .await
 }
 
 pub(crate) async fn drop_download(ctx: &CommandContext, id: &str) -> Result<RecordBatch> {

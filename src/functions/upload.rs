@@ -90,6 +90,7 @@ impl TableFunctionImpl for PromoteUploadFunc {
         Ok(CommandTable::of(Command::PromoteUpload {
             id,
             dry_run: false,
+            verify: Default::default(),
             plan: vec![],
         }))
     }

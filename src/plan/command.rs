@@ -39,6 +39,7 @@ pub(crate) enum Command {
     PromoteUpload {
         id: String,
         dry_run: bool,
+        verify: crate::upload::validate::Verify,
         plan: Vec<String>,
     },
     /// `upload_findings('<id>')`
@@ -422,9 +423,12 @@ impl Command {
                 )
                 .await?
             }
-            Command::PromoteUpload { id, dry_run, .. } => {
-                upload::promote::promote_upload(&ctx, id, *dry_run).await?
-            }
+            Command::PromoteUpload {
+                id,
+                dry_run,
+                verify,
+                ..
+            } => upload::promote::promote_upload(&ctx, id, *dry_run, *verify).await?,
             Command::UploadFindings { id } => upload::status::upload_findings(&ctx, id).await?,
             Command::VendCredentials { id, mode, duration } => {
                 crate::credentials::vend::vend_credentials(
@@ -524,11 +528,17 @@ impl fmt::Display for Command {
                 }
                 Ok(())
             }
-            Command::PromoteUpload { id, dry_run, plan } => {
+            Command::PromoteUpload {
+                id,
+                dry_run,
+                verify,
+                plan,
+            } => {
                 write!(f, "PromoteUpload: upload={id}")?;
                 if *dry_run {
                     write!(f, ", dry_run")?;
                 }
+                write!(f, ", verify={}", verify.as_str())?;
                 for step in plan {
                     write!(f, "\n  {step}")?;
                 }

@@ -89,19 +89,24 @@ async fn plan_statement(
             })
         }
         Statement::PromoteUpload(promote) => {
-            check_options("PROMOTE UPLOAD", &promote.options, &["dry_run"])?;
+            check_options("PROMOTE UPLOAD", &promote.options, &["dry_run", "verify"])?;
             let dry_run = match promote.options.iter().find(|(k, _)| k == "dry_run") {
                 None => false,
                 Some((_, value)) => parse_bool("dry_run", value)?,
             };
+            let verify = match promote.options.iter().find(|(k, _)| k == "verify") {
+                None => Default::default(),
+                Some((_, value)) => value.parse()?,
+            };
             let plan = if explaining {
-                crate::upload::validate::explain(&icestage, &promote.id).await?
+                crate::upload::validate::explain(&icestage, &promote.id, verify).await?
             } else {
                 vec![]
             };
             command_plan(Command::PromoteUpload {
                 id: promote.id,
                 dry_run,
+                verify,
                 plan,
             })
         }

@@ -53,11 +53,13 @@ async fn abort(icestage: &Icestage, id: &UploadId) -> Result<UploadState> {
 pub(crate) async fn discard(mut staging: Staging, state: UploadState) -> Result<()> {
     staging
         .transition(
+            // `promoting` only when its claim lapsed (the promotion died).
             &[
                 UploadState::Open,
                 UploadState::Failed,
                 UploadState::Aborted,
                 UploadState::Expired,
+                UploadState::Promoting,
             ],
             state,
             None,
@@ -67,8 +69,8 @@ pub(crate) async fn discard(mut staging: Staging, state: UploadState) -> Result<
             Error::UploadState { id, state: now, .. } if now == UploadState::Promoting.as_str() => {
                 Error::UploadState {
                     hint: format!(
-                        "a PROMOTE UPLOAD holds it (or died holding it); run PROMOTE UPLOAD '{id}' again \
-                         to finish or fail it, then ABORT UPLOAD '{id}'"
+                        "a PROMOTE UPLOAD holds it; wait for it to end (SELECT * FROM upload_status('{id}')), \
+                         or, if it died, for its claim to lapse, then ABORT UPLOAD '{id}' again"
                     ),
                     id,
                     state: now,
@@ -91,5 +93,8 @@ pub(crate) async fn discard(mut staging: Staging, state: UploadState) -> Result<
     }
     log::append(&staging.catalog, log::UPLOADS, &staging.record(state)).await?;
     findings::discard(&staging.catalog, &staging.id).await?;
-    staging.catalog.remove_table(&staging.table, false).await
+    staging
+        .catalog
+        .remove_table(&staging.table, crate::catalog::Removal::Everything)
+        .await
 }

@@ -13,7 +13,7 @@ use super::{
     STAGING_NAMESPACE, UploadId, UploadState, is_missing,
 };
 use crate::catalog::IcebergCatalog;
-use crate::config::parse_duration;
+use crate::config::bounded_ttl;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, create_upload_schema};
 use crate::plan::rows::{Value, batch};
@@ -157,7 +157,11 @@ pub(crate) async fn create_upload(
             e.into()
         }
     })?;
-    let ttl = parse_duration(ttl.unwrap_or(ctx.options.upload_ttl.as_str()))?;
+    let ttl = bounded_ttl(
+        ttl.unwrap_or(ctx.options.upload_ttl.as_str()),
+        ctx.options.max_ttl.as_str(),
+        "upload",
+    )?;
     let id = match chosen_id {
         Some(text) => {
             let id = UploadId::parse(text)?;
@@ -188,6 +192,11 @@ pub(crate) async fn create_upload(
     if let Some(owner) = owner {
         properties.insert(PROP_OWNER.to_string(), owner.to_string());
     }
+    let key = super::seal::key(catalog).await?;
+    properties.insert(
+        super::seal::PROP_SEAL.to_string(),
+        super::seal::seal(&key, &properties),
+    );
     match catalog.default_table_location(&ident) {
         Some(location) if catalog.can_register_tables() => {
             let metadata = staging_metadata(table.metadata(), &location, properties)?;

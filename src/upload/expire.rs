@@ -24,7 +24,14 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<RecordBatch> 
                 Err(_) => false,
             };
             if promoted {
-                promote(&ctx.icestage, &staging.id).await?;
+                promote(&ctx.icestage, &staging.id, Default::default()).await?;
+                removed += 1;
+                continue;
+            }
+            // A client rewrote its sealed properties: its expiry cannot be
+            // believed, and it can never be promoted.
+            if staging.tampered.is_some() && !staging.claimed_elsewhere(now) {
+                discard(staging, UploadState::Expired).await?;
                 removed += 1;
                 continue;
             }
@@ -34,7 +41,12 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<RecordBatch> 
                     discard(staging, state).await?;
                     removed += 1;
                 }
-                // A promotion holds it: never pull files from under it.
+                // A live promotion holds it: never pull files from under it.
+                UploadState::Promoting if staging.claimed_elsewhere(now) => {}
+                UploadState::Promoting if staging.is_expired(now) => {
+                    discard(staging, UploadState::Expired).await?;
+                    removed += 1;
+                }
                 UploadState::Promoting | UploadState::Promoted => {}
                 UploadState::Open | UploadState::Failed if staging.is_expired(now) => {
                     discard(staging, UploadState::Expired).await?;

@@ -13,15 +13,18 @@
 //!   `icestage.upload_log` table ([`log`]) records how the session ended.
 
 pub(crate) mod abort;
+pub(crate) mod confine;
 pub(crate) mod create;
 pub(crate) mod expire;
 pub(crate) mod findings;
 pub(crate) mod log;
 pub(crate) mod promote;
 pub(crate) mod rules;
+pub(crate) mod seal;
 pub(crate) mod status;
 pub(crate) mod transfer;
 pub(crate) mod validate;
+pub(crate) mod verify;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -61,6 +64,25 @@ pub const PROP_MESSAGE: &str = "icestage.message";
 pub const PROP_OWNER: &str = "icestage.owner";
 /// Staging table property: rule violations found by the last validation.
 pub const PROP_FINDINGS: &str = "icestage.findings";
+/// Staging table property: the token of the promotion holding the claim.
+pub const PROP_CLAIM: &str = "icestage.claim";
+/// Staging table property: when the claim was taken or last renewed, RFC 3339.
+pub const PROP_CLAIMED_AT: &str = "icestage.claimed-at";
+/// Staging table property: seconds a claim holds without renewal.
+pub const PROP_CLAIM_LEASE: &str = "icestage.claim-lease-seconds";
+
+/// True when the staging properties `props` hold a promotion claim that is
+/// still alive at `now` (renewed within its lease).
+pub(crate) fn claim_alive(props: &HashMap<String, String>, now: DateTime<Utc>) -> bool {
+    let held = props.get(PROP_STATE).is_some_and(|s| s == "promoting");
+    let lease = props
+        .get(PROP_CLAIM_LEASE)
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(60)
+        .clamp(1, 86_400);
+    held && property_time(props, PROP_CLAIMED_AT)
+        .is_some_and(|at| (now - at).num_seconds() <= lease)
+}
 
 /// A fresh session id: 128 random bits as 32 lowercase hex characters.
 pub(crate) fn random_id() -> String {
@@ -246,6 +268,11 @@ pub(crate) struct Staging {
     pub(crate) message: Option<String>,
     pub(crate) findings: Option<i64>,
     pub(crate) owner: Option<String>,
+    /// The claim token, when this process holds the promotion claim.
+    pub(crate) held_claim: Option<String>,
+    /// Why the session's sealed properties cannot be trusted, if they cannot
+    /// (see [`seal`]).
+    pub(crate) tampered: Option<String>,
 }
 
 impl Staging {
@@ -280,8 +307,24 @@ impl Staging {
             message: props.get(PROP_MESSAGE).cloned(),
             findings: props.get(PROP_FINDINGS).and_then(|v| v.parse().ok()),
             owner: props.get(PROP_OWNER).cloned(),
+            held_claim: None,
+            tampered: None,
             table,
         })
+    }
+
+    /// Reads a session and checks the seal on its authority.
+    pub(crate) async fn open(catalog: Arc<IcebergCatalog>, table: Table) -> Result<Self> {
+        let key = seal::key(&catalog).await?;
+        let mut staging = Self::from_table(catalog, table)?;
+        staging.tampered = seal::broken(&key, staging.table.metadata().properties());
+        Ok(staging)
+    }
+
+    /// True when another process's promotion holds a live claim.
+    pub(crate) fn claimed_elsewhere(&self, now: DateTime<Utc>) -> bool {
+        let props = self.table.metadata().properties();
+        claim_alive(props, now) && props.get(PROP_CLAIM) != self.held_claim.as_ref()
     }
 
     /// The record of this session in `state`, as of now.
@@ -299,7 +342,11 @@ impl Staging {
             files: None,
             snapshot_id: None,
             findings: self.findings,
-            message: self.message.clone().filter(|m| !m.is_empty()),
+            message: self
+                .tampered
+                .clone()
+                .or_else(|| self.message.clone())
+                .filter(|m| !m.is_empty()),
             owner: self.owner.clone(),
         }
     }
@@ -315,17 +362,35 @@ impl Staging {
     }
 
     /// Commits a state change to the staging table's properties, but only if
-    /// the state is still one of `from` when the commit is attempted: the
-    /// check runs again on every retry, so two processes racing (a promotion
-    /// and an abort) cannot both win.
+    /// the state is still one of `from` on the exact version the commit
+    /// lands on (a compare-and-swap), so two processes racing (a promotion
+    /// and an abort) cannot both win. `promoting` counts as a `from` state
+    /// only when this process holds its claim or the claim's lease ran out.
+    ///
+    /// Moving to `promoting` takes the claim (with `lease`); any other move
+    /// releases it.
     pub(crate) async fn transition(
         &mut self,
         from: &[UploadState],
         to: UploadState,
         message: Option<&str>,
     ) -> Result<()> {
+        self.transition_with_lease(from, to, message, std::time::Duration::from_secs(60))
+            .await
+    }
+
+    /// [`Self::transition`] with the lease a new claim holds for.
+    pub(crate) async fn transition_with_lease(
+        &mut self,
+        from: &[UploadState],
+        to: UploadState,
+        message: Option<&str>,
+        lease: std::time::Duration,
+    ) -> Result<()> {
         let allowed: Vec<String> = from.iter().map(|s| s.to_string()).collect();
-        let properties = HashMap::from([
+        let held = self.held_claim.clone();
+        let claim = (to == UploadState::Promoting).then(random_id);
+        let mut properties = HashMap::from([
             (PROP_STATE.to_string(), to.to_string()),
             (
                 PROP_MESSAGE.to_string(),
@@ -335,30 +400,105 @@ impl Staging {
                 PROP_FINDINGS.to_string(),
                 self.findings.unwrap_or(0).to_string(),
             ),
+            (PROP_CLAIM.to_string(), claim.clone().unwrap_or_default()),
+            (
+                PROP_CLAIMED_AT.to_string(),
+                claim
+                    .as_ref()
+                    .map(|_| Utc::now().to_rfc3339())
+                    .unwrap_or_default(),
+            ),
         ]);
+        if claim.is_some() {
+            properties.insert(
+                PROP_CLAIM_LEASE.to_string(),
+                lease.as_secs().max(1).to_string(),
+            );
+        }
         let swap = swap_properties(
-            self.catalog.catalog(),
+            &self.catalog,
             &self.table,
             PROP_STATE,
-            move |props| props.get(PROP_STATE).is_some_and(|s| allowed.contains(s)),
+            move |props| {
+                let Some(state) = props.get(PROP_STATE) else {
+                    return false;
+                };
+                if !allowed.contains(state) {
+                    return false;
+                }
+                state != "promoting"
+                    || props.get(PROP_CLAIM) == held.as_ref()
+                    || !claim_alive(props, Utc::now())
+            },
             properties,
         )
         .await?;
         match swap {
             Swap::Done(table) => {
+                let tampered = self.tampered.take();
                 *self = Staging::from_table(Arc::clone(&self.catalog), table)?;
+                self.held_claim = claim;
+                self.tampered = tampered;
                 Ok(())
             }
             Swap::Refused(now) => Err(Error::UploadState {
                 id: self.id.to_string(),
+                hint: if now == "promoting" {
+                    format!(
+                        "a PROMOTE UPLOAD in another process holds it; wait for it to finish \
+                         (SELECT * FROM upload_status('{}')), or for its claim to lapse",
+                        self.id
+                    )
+                } else {
+                    format!(
+                        "another process changed it while this one wanted it {to}; \
+                         check SELECT * FROM upload_status('{}')",
+                        self.id
+                    )
+                },
                 state: now,
-                hint: format!(
-                    "another process changed it while this one wanted it {to}; \
-                     check SELECT * FROM upload_status('{}')",
-                    self.id
-                ),
             }),
         }
+    }
+
+    /// Renews this process's claim every third of `lease` until the
+    /// returned guard is dropped.
+    pub(crate) fn keep_claim(&self, lease: std::time::Duration) -> ClaimGuard {
+        let (catalog, table) = (Arc::clone(&self.catalog), self.table.identifier().clone());
+        let token = self.held_claim.clone().unwrap_or_default();
+        ClaimGuard(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                let Ok(current) = catalog.catalog().load_table(&table).await else {
+                    return;
+                };
+                let token = token.clone();
+                let renewed = swap_properties(
+                    &catalog,
+                    &current,
+                    PROP_STATE,
+                    move |props| {
+                        props.get(PROP_STATE).is_some_and(|s| s == "promoting")
+                            && props.get(PROP_CLAIM) == Some(&token)
+                    },
+                    HashMap::from([(PROP_CLAIMED_AT.to_string(), Utc::now().to_rfc3339())]),
+                )
+                .await;
+                // Released or taken over: stop. A failed renewal is retried.
+                if matches!(renewed, Ok(Swap::Refused(_))) {
+                    return;
+                }
+            }
+        }))
+    }
+}
+
+/// Stops renewing a claim when dropped (see [`Staging::keep_claim`]).
+pub(crate) struct ClaimGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -367,7 +507,7 @@ pub(crate) async fn find_staging(icestage: &Icestage, id: &UploadId) -> Result<O
     let ident = id.staging_table();
     for catalog in icestage.catalogs() {
         match catalog.catalog().load_table(&ident).await {
-            Ok(table) => return Ok(Some(Staging::from_table(Arc::clone(catalog), table)?)),
+            Ok(table) => return Ok(Some(Staging::open(Arc::clone(catalog), table).await?)),
             Err(e) if is_missing(&e) => continue,
             Err(e) => return Err(e.into()),
         }
@@ -388,7 +528,7 @@ pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<St
         }
         match catalog.catalog().load_table(&ident).await {
             Ok(table) => {
-                if let Ok(session) = Staging::from_table(Arc::clone(catalog), table) {
+                if let Ok(session) = Staging::open(Arc::clone(catalog), table).await {
                     sessions.push(session);
                 }
             }

@@ -19,46 +19,70 @@
 //!    purging (its data files now belong to the target) and delete its
 //!    metadata files.
 
+use std::time::Duration;
+
 use chrono::Utc;
 use datafusion::arrow::array::RecordBatch;
 use iceberg::table::Table;
 
-use super::validate::{Matching, Validation, schema_drift, validate};
+use super::validate::{Matching, Validation, Verify, schema_drift, validate};
 use super::{
     SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
     findings, is_missing, log, promoted_snapshot, transfer,
 };
+use crate::catalog::Removal;
 use crate::catalog::commit::{append_once, summary_count};
+use crate::config::parse_duration;
 use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::plan::command::{CommandContext, promote_schema};
 use crate::plan::rows::{Value, batch};
 
-/// How the rows reached the target.
-pub(crate) const PATH_ZERO_COPY: &str = "zero_copy";
-/// Nothing was committed (an empty upload, or an earlier promotion did it).
-pub(crate) const PATH_NONE: &str = "none";
-/// Validation only (`WITH (dry_run = true)`).
-pub(crate) const PATH_DRY_RUN: &str = "dry_run";
-/// Staged files copied into the target's storage, then registered.
-pub(crate) const PATH_COPY: &str = "copy";
-/// Staged rows rewritten as new files with the target's field ids.
-pub(crate) const PATH_REWRITE: &str = "rewrite";
+/// How the rows reached the target (the `path` column of PROMOTE UPLOAD).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransferPath {
+    /// The staged files were registered as they are.
+    ZeroCopy,
+    /// Nothing was committed (an empty upload, or an earlier promotion did it).
+    None,
+    /// Validation only (`WITH (dry_run = true)`).
+    DryRun,
+    /// The staged files were copied into the target's storage, verified
+    /// there, then registered.
+    Copy,
+    /// The staged rows were rewritten as new files with the target's field ids.
+    Rewrite,
+}
 
-/// How the staged rows reach the target: registered as they are when the
-/// field ids match and the files outlive the staging table; copied when
-/// only the ids match; rewritten otherwise.
-fn transfer_path(staging: &Staging, target: &Table) -> &'static str {
+impl TransferPath {
+    /// The name the result row shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ZeroCopy => "zero_copy",
+            Self::None => "none",
+            Self::DryRun => "dry_run",
+            Self::Copy => "copy",
+            Self::Rewrite => "rewrite",
+        }
+    }
+}
+
+/// How the staged rows reach the target: registered as they are only when
+/// the field ids match and no credential that can still write reaches the
+/// staged files (a local warehouse: the client's connection is the trusted
+/// catalog itself); copied, then verified, when only the ids match;
+/// rewritten otherwise.
+pub(crate) fn transfer_path(staging: &Staging, target: &Table) -> TransferPath {
     let same_ids = schema_drift(
         staging.table.metadata().current_schema(),
         target.metadata().current_schema(),
         Matching::ById,
     )
     .is_empty();
-    match (same_ids, staging.catalog.files_outlive_tables()) {
-        (true, true) => PATH_ZERO_COPY,
-        (true, false) => PATH_COPY,
-        (false, _) => PATH_REWRITE,
+    match (same_ids, staging.catalog.zero_copy_safe()) {
+        (true, true) => TransferPath::ZeroCopy,
+        (true, false) => TransferPath::Copy,
+        (false, _) => TransferPath::Rewrite,
     }
 }
 
@@ -70,7 +94,7 @@ pub(crate) struct Promotion {
     pub(crate) rows: i64,
     pub(crate) files: i64,
     pub(crate) snapshot_id: Option<i64>,
-    pub(crate) path: &'static str,
+    pub(crate) path: TransferPath,
     pub(crate) findings: i64,
     pub(crate) message: String,
 }
@@ -83,10 +107,32 @@ impl Promotion {
             Value::from(self.rows),
             Value::from(self.files),
             Value::from(self.snapshot_id),
-            Value::from(self.path),
+            Value::from(self.path.as_str()),
             Value::from(self.findings),
             Value::from(self.message.clone()),
         ]
+    }
+}
+
+/// How one `PROMOTE UPLOAD` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PromoteOptions {
+    /// Validate and report; commit nothing.
+    pub dry_run: bool,
+    /// How the staged files are proven.
+    pub verify: Verify,
+    /// How long this promotion's claim holds without renewal (it is renewed
+    /// every third of it while the promotion runs).
+    pub lease: Duration,
+}
+
+impl Default for PromoteOptions {
+    fn default() -> Self {
+        Self {
+            dry_run: false,
+            verify: Verify::Bytes,
+            lease: Duration::from_secs(60),
+        }
     }
 }
 
@@ -94,34 +140,63 @@ pub(crate) async fn promote_upload(
     ctx: &CommandContext,
     id: &str,
     dry_run: bool,
+    verify: Verify,
 ) -> Result<RecordBatch> {
     let id = UploadId::parse(id)?;
-    let promotion = if dry_run {
-        promote_once(&ctx.icestage, &id, true).await?
-    } else {
-        promote(&ctx.icestage, &id).await?
+    let options = PromoteOptions {
+        dry_run,
+        verify,
+        lease: parse_duration(ctx.options.promotion_lease.as_str())?,
     };
+    let promotion = promote(&ctx.icestage, &id, options).await?;
     batch(promote_schema(), &[promotion.row()])
 }
 
-/// Promotes upload `id`; see the module documentation.
-pub(crate) async fn promote(icestage: &Icestage, id: &UploadId) -> Result<Promotion> {
-    match promote_once(icestage, id, false).await {
-        Ok(promotion) => Ok(promotion),
-        // A concurrent promotion may have finished while this one was
-        // working (and dropped the staging table under it): that is success.
-        Err(error) => match log::find(icestage, log::UPLOADS, id.as_str()).await {
-            Ok(Some(record)) => already_promoted(id, &record).ok_or(error),
-            _ => Err(error),
-        },
+/// Where one attempt stands.
+enum Attempt {
+    Done(Promotion),
+    /// Another process's promotion holds a live claim.
+    Busy,
+}
+
+/// Promotes upload `id`; see the module documentation. While another
+/// process's promotion holds the upload, this one waits for it (at most
+/// that claim's lease past its last renewal) and reports its outcome.
+pub(crate) async fn promote(
+    icestage: &Icestage,
+    id: &UploadId,
+    options: PromoteOptions,
+) -> Result<Promotion> {
+    let mut pause = std::time::Duration::from_millis(100);
+    loop {
+        match promote_once(icestage, id, options).await {
+            Ok(Attempt::Done(promotion)) => return Ok(promotion),
+            Ok(Attempt::Busy) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(2));
+            }
+            // A concurrent promotion may have finished while this one was
+            // working (and dropped the staging table under it): that is success.
+            Err(error) if !options.dry_run => {
+                return match log::find(icestage, log::UPLOADS, id.as_str()).await {
+                    Ok(Some(record)) => already_promoted(id, &record).ok_or(error),
+                    _ => Err(error),
+                };
+            }
+            Err(error) => return Err(error),
+        }
     }
 }
 
-async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Result<Promotion> {
+async fn promote_once(
+    icestage: &Icestage,
+    id: &UploadId,
+    options: PromoteOptions,
+) -> Result<Attempt> {
     let Some(mut staging) = find_staging(icestage, id).await? else {
         let record = log::find(icestage, log::UPLOADS, id.as_str()).await?;
         return match record.as_ref().and_then(|r| already_promoted(id, r)) {
-            Some(promotion) => Ok(promotion),
+            Some(promotion) => Ok(Attempt::Done(promotion)),
             None => Err(closed_or_unknown(id, record)),
         };
     };
@@ -130,17 +205,24 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
         let (rows, files) = snapshot_counts(&target, snapshot_id);
         // Committed earlier: the files were registered as the target's own
         // only on the zero-copy path, where the catalog keeps them.
-        finish(&staging, Some(snapshot_id), rows, files, true).await?;
-        return Ok(Promotion {
+        finish(
+            &staging,
+            Some(snapshot_id),
+            rows,
+            files,
+            Removal::MetadataOnly,
+        )
+        .await?;
+        return Ok(Attempt::Done(Promotion {
             id: id.clone(),
             rows,
             files,
             snapshot_id: Some(snapshot_id),
-            path: PATH_NONE,
+            path: TransferPath::None,
             findings: 0,
             message: already_message(&staging.target.to_string(), snapshot_id),
             state: UploadState::Promoted,
-        });
+        }));
     }
     if matches!(staging.state, UploadState::Aborted | UploadState::Expired) {
         return Err(Error::UploadClosed {
@@ -164,11 +246,34 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
             ),
         });
     }
-    if dry_run {
-        return dry_run_validation(&mut staging, &target).await;
+    if staging.claimed_elsewhere(Utc::now()) {
+        return Ok(Attempt::Busy);
     }
-    staging
-        .transition(
+    if let Some(reason) = staging.tampered.clone() {
+        let error = Error::Tampered {
+            id: id.to_string(),
+            reason,
+        };
+        let _ = staging
+            .transition(
+                &[
+                    UploadState::Open,
+                    UploadState::Failed,
+                    UploadState::Promoting,
+                ],
+                UploadState::Failed,
+                Some(&error.to_string()),
+            )
+            .await;
+        return Err(error);
+    }
+    if options.dry_run {
+        return dry_run_validation(&mut staging, &target, options.verify)
+            .await
+            .map(Attempt::Done);
+    }
+    match staging
+        .transition_with_lease(
             &[
                 UploadState::Open,
                 UploadState::Failed,
@@ -176,11 +281,57 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
             ],
             UploadState::Promoting,
             None,
+            options.lease,
         )
-        .await?;
+        .await
+    {
+        Ok(()) => {}
+        // Claimed by another process between the look and the claim.
+        Err(Error::UploadState { state, .. }) if state == UploadState::Promoting.as_str() => {
+            return Ok(Attempt::Busy);
+        }
+        Err(e) => return Err(e),
+    }
+    let _renewing = staging.keep_claim(options.lease);
+    match promote_claimed(&mut staging, &target, options.verify).await {
+        Ok(promotion) => Ok(Attempt::Done(promotion)),
+        Err(error) => Err(release_claim(&mut staging, error).await),
+    }
+}
 
-    let validation = validate(&staging, &target).await?;
-    record_findings(&staging, &validation).await?;
+/// After a failed promotion that held the claim: the upload becomes
+/// `failed` with the error's message, unless its rows reached the target
+/// (then the next PROMOTE or EXPIRE STAGING finishes the clean-up) or another
+/// process moved it meanwhile (its state wins). Returns `error`.
+async fn release_claim(staging: &mut Staging, error: Error) -> Error {
+    let committed = match load_target(staging).await {
+        Ok(target) => promoted_snapshot(&target, &staging.id).is_some(),
+        // Unknown: leave the claim to its lease.
+        Err(_) => true,
+    };
+    if !committed && !matches!(error.root(), Error::ValidationFailed { .. }) {
+        let message = error.user_message();
+        let _ = staging
+            .transition(
+                &[UploadState::Promoting],
+                UploadState::Failed,
+                Some(&message),
+            )
+            .await;
+    }
+    error
+}
+
+/// Validates and commits an upload this process has claimed.
+async fn promote_claimed(
+    staging: &mut Staging,
+    target: &Table,
+    verify: Verify,
+) -> Result<Promotion> {
+    let id = staging.id.clone();
+    let path = transfer_path(staging, target);
+    let validation = validate(staging, target, verify, path == TransferPath::Copy).await?;
+    record_findings(staging, &validation).await?;
     staging.findings = Some(validation.finding_count() as i64);
     if !validation.passed() {
         let lines = validation.summary(id.as_str());
@@ -204,28 +355,28 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
 
     let rows = validation.rows;
     if validation.files.is_empty() {
-        finish(&staging, None, 0, 0, false).await?;
+        finish(staging, None, 0, 0, Removal::Everything).await?;
         return Ok(Promotion {
             id: id.clone(),
             state: UploadState::Promoted,
             rows: 0,
             files: 0,
             snapshot_id: None,
-            path: PATH_NONE,
+            path: TransferPath::None,
             findings: 0,
             message: format!("the upload was empty: {} is unchanged", staging.target),
         });
     }
-    let path = transfer_path(&staging, &target);
     let data_files = match path {
-        PATH_ZERO_COPY => validation.files,
-        PATH_COPY => transfer::copy_files(&staging, &target, &validation.files).await?,
-        _ => transfer::rewrite(&staging, &target).await?,
+        // Verified from the bytes, with metrics from what was read (the
+        // copies, on the copy path).
+        TransferPath::ZeroCopy | TransferPath::Copy => validation.files,
+        _ => transfer::rewrite(staging, target).await?,
     };
     let files = data_files.len() as i64;
     let (snapshot_id, committed_here) = append_once(
         &staging.catalog,
-        &target,
+        target,
         data_files,
         SNAPSHOT_UPLOAD_ID,
         id.as_str(),
@@ -233,16 +384,20 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
     .await?;
     failpoint("promote.after-commit");
     finish(
-        &staging,
+        staging,
         Some(snapshot_id),
         rows,
         files,
-        path == PATH_ZERO_COPY,
+        if path == TransferPath::ZeroCopy {
+            Removal::MetadataOnly
+        } else {
+            Removal::Everything
+        },
     )
     .await?;
     let how = match path {
-        PATH_ZERO_COPY => "without rewriting data",
-        PATH_COPY => "after copying the files into the target's storage",
+        TransferPath::ZeroCopy => "without rewriting data",
+        TransferPath::Copy => "after copying the files into the target's storage",
         _ => "after rewriting the rows with the target's field ids",
     };
     let message = if committed_here {
@@ -259,15 +414,23 @@ async fn promote_once(icestage: &Icestage, id: &UploadId, dry_run: bool) -> Resu
         rows,
         files,
         snapshot_id: Some(snapshot_id),
-        path: if committed_here { path } else { PATH_NONE },
+        path: if committed_here {
+            path
+        } else {
+            TransferPath::None
+        },
         findings: 0,
         message,
     })
 }
 
 /// `WITH (dry_run = true)`: validates and records the findings; commits nothing.
-async fn dry_run_validation(staging: &mut Staging, target: &Table) -> Result<Promotion> {
-    let validation = validate(staging, target).await?;
+async fn dry_run_validation(
+    staging: &mut Staging,
+    target: &Table,
+    verify: Verify,
+) -> Result<Promotion> {
+    let validation = validate(staging, target, verify, false).await?;
     record_findings(staging, &validation).await?;
     staging.findings = Some(validation.finding_count() as i64);
     let lines = validation.summary(staging.id.as_str());
@@ -299,7 +462,7 @@ async fn dry_run_validation(staging: &mut Staging, target: &Table) -> Result<Pro
         rows: validation.rows,
         files: validation.files.len() as i64,
         snapshot_id: None,
-        path: PATH_DRY_RUN,
+        path: TransferPath::DryRun,
         findings: validation.finding_count() as i64,
         message,
     })
@@ -332,7 +495,7 @@ fn already_promoted(id: &UploadId, record: &UploadRecord) -> Option<Promotion> {
         rows: record.rows.unwrap_or(0),
         files: record.files.unwrap_or(0),
         snapshot_id: record.snapshot_id,
-        path: PATH_NONE,
+        path: TransferPath::None,
         findings: 0,
         message,
         state: UploadState::Promoted,
@@ -382,14 +545,15 @@ fn snapshot_counts(table: &Table, snapshot_id: i64) -> (i64, i64) {
     (count("added-records"), count("added-data-files"))
 }
 
-/// Records the promotion and removes the staging table: without its data
-/// files when the target now references them (`keep_data`), else purged.
+/// Records the promotion and removes the staging table: its metadata only
+/// when the target now references its data files, else everything (within
+/// its own location, whatever its metadata names).
 async fn finish(
     staging: &Staging,
     snapshot_id: Option<i64>,
     rows: i64,
     files: i64,
-    keep_data: bool,
+    removal: Removal,
 ) -> Result<()> {
     let record = UploadRecord {
         rows: Some(rows),
@@ -401,8 +565,5 @@ async fn finish(
     log::append(&staging.catalog, log::UPLOADS, &record).await?;
     failpoint("promote.before-drop");
     findings::discard(&staging.catalog, &staging.id).await?;
-    staging
-        .catalog
-        .remove_table(&staging.table, keep_data)
-        .await
+    staging.catalog.remove_table(&staging.table, removal).await
 }

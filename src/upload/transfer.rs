@@ -67,14 +67,11 @@ pub(crate) async fn copy_files(
     let mut copies = Vec::with_capacity(files.len());
     for (n, file) in files.iter().enumerate() {
         let to = format!("{data}/icestage-{}-{n:05}.parquet", staging.id);
-        let reader = staging
-            .table
-            .file_io()
-            .new_input(file.file_path())?
-            .reader()
-            .await?;
+        let input = staging.table.file_io().new_input(file.file_path())?;
+        // The size the store reports, not the one the client's manifest claims.
+        let size = input.metadata().await?.size;
+        let reader = input.reader().await?;
         let mut writer = target.file_io().new_output(&to)?.writer().await?;
-        let size = file.file_size_in_bytes();
         let mut offset = 0;
         while offset < size {
             let end = (offset + COPY_CHUNK).min(size);

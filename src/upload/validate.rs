@@ -20,6 +20,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Int64Type, Schema as ArrowSchema};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::catalog::TableProvider;
 use datafusion::common::DFSchema;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::Expr;
@@ -88,8 +89,60 @@ impl Validation {
     }
 }
 
-/// Validates `staging` against `target` and its rules.
-pub(crate) async fn validate(staging: &Staging, target: &Table) -> Result<Validation> {
+/// How promotion proves what it promotes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Verify {
+    /// Read every staged file: schema, NULLs, rules and metrics from the
+    /// bytes ([`super::verify`]). The default, and what the service uses.
+    #[default]
+    Bytes,
+    /// Trust the staging table's manifests (null counts, bounds): only for
+    /// files a trusted writer produced, e.g. icestage itself.
+    Metadata,
+}
+
+impl Verify {
+    /// The option value that names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Bytes => "bytes",
+            Self::Metadata => "metadata",
+        }
+    }
+}
+
+impl std::str::FromStr for Verify {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "bytes" => Ok(Self::Bytes),
+            "metadata" => Ok(Self::Metadata),
+            _ => Err(Error::invalid(format!(
+                "verify = '{text}' is not a verification mode: use 'bytes' (read every staged file, \
+                 the default) or 'metadata' (trust the manifests; only for trusted writers)"
+            ))),
+        }
+    }
+}
+
+/// Validates `staging` against `target` and its rules. With `copy_first`,
+/// the staged files are first copied into the target's storage and the
+/// copies are what is verified and returned (no writer can reach them).
+pub(crate) async fn validate(
+    staging: &Staging,
+    target: &Table,
+    verify: Verify,
+    copy_first: bool,
+) -> Result<Validation> {
+    let location = super::confine::assigned_location(staging).await?;
+    let confinement = super::confine::confinement(staging, &location).await?;
+    if !confinement.is_empty() {
+        return Ok(Validation {
+            reasons: confinement,
+            ..Default::default()
+        });
+    }
     let (files, reasons) = inspect_metadata(staging, target).await?;
     let rows = files.iter().map(|f| f.record_count() as i64).sum();
     let mut validation = Validation {
@@ -98,6 +151,28 @@ pub(crate) async fn validate(staging: &Staging, target: &Table) -> Result<Valida
         reasons,
         ..Default::default()
     };
+    if verify == Verify::Metadata {
+        // Counted even when the schema drifted: "optional in staging,
+        // required in the target" is worth knowing with how many rows hold NULL.
+        let target_schema = target.metadata().current_schema();
+        validation
+            .reasons
+            .extend(required_nulls(staging, target_schema, &validation.files).await?);
+    }
+    // "Optional in staging, required in the target" is worth knowing with
+    // how many rows hold NULL: count them from the bytes, rules aside.
+    let only_nullability = validation
+        .reasons
+        .iter()
+        .all(|r| r.contains(" is required in the target but optional in the staging table"));
+    if verify == Verify::Bytes
+        && only_nullability
+        && !validation.reasons.is_empty()
+        && !validation.files.is_empty()
+    {
+        verify_bytes(staging, target, &[], vec![], false, &mut validation).await?;
+        return Ok(validation);
+    }
     // Rules read the staging data by column name; with a drifted schema the
     // names may not mean what the rules mean, so they wait for a clean schema.
     if !validation.reasons.is_empty() || validation.files.is_empty() {
@@ -115,23 +190,105 @@ pub(crate) async fn validate(staging: &Staging, target: &Table) -> Result<Valida
     });
     let ctx = SessionContext::new();
     let checks = plan_checks(&ctx, &staging.name(), &rules, &df_schema(&staging.table)?)?;
-    evaluate_checks(
-        staging,
-        &checks,
-        key.as_deref().unwrap_or_default(),
-        &mut validation,
-    )
-    .await?;
+    match verify {
+        Verify::Metadata => {
+            evaluate_checks(
+                staging,
+                &checks,
+                key.as_deref().unwrap_or_default(),
+                &mut validation,
+            )
+            .await?;
+        }
+        Verify::Bytes => {
+            verify_bytes(
+                staging,
+                target,
+                &checks,
+                key.unwrap_or_default(),
+                copy_first,
+                &mut validation,
+            )
+            .await?;
+            if !validation.reasons.is_empty() {
+                return Ok(validation);
+            }
+        }
+    }
     for rule in &rules {
         if let Rule::Unique { name, columns } = rule {
-            evaluate_unique(staging, target, name, columns, &mut validation).await?;
+            evaluate_unique(staging, target, name, columns, verify, &mut validation).await?;
         }
     }
     Ok(validation)
 }
 
+/// Reads every staged file ([`super::verify`]): `validation.files` becomes
+/// the files as the target will register them, metrics from the bytes.
+async fn verify_bytes(
+    staging: &Staging,
+    target: &Table,
+    checks: &[PlannedCheck],
+    key: Vec<String>,
+    copy_first: bool,
+    validation: &mut Validation,
+) -> Result<()> {
+    let arrow = iceberg::arrow::schema_to_arrow_schema(target.metadata().current_schema())?;
+    let schema = DFSchema::try_from(arrow)?;
+    let ctx = SessionContext::new();
+    let compiled = checks
+        .iter()
+        .map(|c| {
+            let expr = ctx.parse_sql_expr(&c.predicate, &schema)?;
+            Ok((
+                c.name.clone(),
+                c.predicate.clone(),
+                ctx.create_physical_expr(expr, &schema)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let plan = Arc::new(super::verify::Plan::new(
+        target,
+        staging.table.metadata().current_schema(),
+        Matching::for_staging(staging),
+        compiled,
+        key,
+    )?);
+    let (io, files) = if copy_first {
+        let copies = super::transfer::copy_files(staging, target, &validation.files).await?;
+        (target.file_io().clone(), copies)
+    } else {
+        (staging.table.file_io().clone(), validation.files.clone())
+    };
+    let verified = super::verify::verify(&io, &files, Arc::clone(&plan)).await;
+    let verified = match verified {
+        Ok(v) if v.reasons.is_empty() && v.violations.values().all(|n| *n == 0) => v,
+        other => {
+            if copy_first {
+                for file in &files {
+                    let _ = io.delete(file.file_path()).await;
+                }
+            }
+            other?
+        }
+    };
+    validation.reasons.extend(verified.reasons.iter().cloned());
+    validation
+        .reasons
+        .extend(super::verify::required_nulls(&plan, &verified));
+    for (rule, count) in &verified.violations {
+        if let Some(entry) = validation.violations.get_mut(rule) {
+            entry.1 += count;
+        }
+    }
+    validation.findings.extend(verified.findings);
+    validation.rows = verified.rows;
+    validation.files = verified.files;
+    Ok(())
+}
+
 /// What `PROMOTE UPLOAD '<id>'` would check and how it would commit, for EXPLAIN.
-pub(crate) async fn explain(icestage: &Icestage, id: &str) -> Result<Vec<String>> {
+pub(crate) async fn explain(icestage: &Icestage, id: &str, verify: Verify) -> Result<Vec<String>> {
     let id = UploadId::parse(id)?;
     let Some(staging) = find_staging(icestage, &id).await? else {
         return Ok(vec![
@@ -140,15 +297,22 @@ pub(crate) async fn explain(icestage: &Icestage, id: &str) -> Result<Vec<String>
         ]);
     };
     let target = load_target(&staging).await?;
-    let mut steps = describe(&target)?;
+    let mut steps = describe(&target, verify)?;
     let files = summary_count(
         staging.table.metadata().current_snapshot(),
         "total-data-files",
     )
     .unwrap_or(0);
+    let path = super::promote::transfer_path(&staging, &target);
+    let how = match path {
+        super::promote::TransferPath::Copy => "copies of ",
+        super::promote::TransferPath::Rewrite => "rewritten ",
+        _ => "",
+    };
     steps.push(format!(
-        "commit: zero_copy: one fast_append of {files} staging data file(s) into {} with {}={id}, \
+        "commit: {}: one fast_append of {how}{files} staging data file(s) into {} with {}={id}, \
          the evidence re-checked on every attempt",
+        path.as_str(),
         staging.target,
         super::SNAPSHOT_UPLOAD_ID
     ));
@@ -156,20 +320,35 @@ pub(crate) async fn explain(icestage: &Icestage, id: &str) -> Result<Vec<String>
 }
 
 /// Which rules a promotion into `target` would evaluate and how.
-fn describe(target: &Table) -> Result<Vec<String>> {
+fn describe(target: &Table, verify: Verify) -> Result<Vec<String>> {
     let mut steps = vec![
-        "metadata: schema and partition-spec drift by field id, append-only snapshots, \
-         no delete files, required NULLs from manifest null counts"
+        "metadata: paths confined to the staging location, schema and partition-spec drift by \
+         field id, append-only snapshots, no delete files"
             .to_string(),
+        match verify {
+            Verify::Bytes => "verify=bytes: every staged file read on all cores: its Parquet \
+                              schema by field id, required NULLs, partitions and metrics from \
+                              the decoded values"
+                .to_string(),
+            Verify::Metadata => {
+                "verify=metadata: required NULLs from the manifests' null counts (trusted writer)"
+                    .to_string()
+            }
+        },
     ];
     for rule in rules_of(target)? {
-        steps.push(match &rule {
-            Rule::Check { .. } => format!(
+        steps.push(match (&rule, verify) {
+            (Rule::Check { .. }, Verify::Bytes) => format!(
+                "rule {}: {}: evaluated on every row while verifying",
+                rule.name(),
+                rule.definition()
+            ),
+            (Rule::Check { .. }, Verify::Metadata) => format!(
                 "rule {}: {}: streaming scan of the files whose metrics allow a violation",
                 rule.name(),
                 rule.definition()
             ),
-            Rule::Unique { .. } => format!(
+            (Rule::Unique { .. }, _) => format!(
                 "rule {}: {}: group-by over the upload and merge join with the target (spills)",
                 rule.name(),
                 rule.definition()
@@ -478,23 +657,29 @@ async fn inspect_metadata(
                 continue;
             }
             let loaded = manifest.load_manifest(staging.table.file_io()).await?;
-            files.extend(
-                loaded
-                    .entries()
-                    .iter()
-                    .filter(|e| e.is_alive())
-                    .map(|e| e.data_file().clone()),
-            );
+            for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
+                let file = entry.data_file();
+                if file.content_type() != iceberg::spec::DataContentType::Data
+                    || file.file_format() != iceberg::spec::DataFileFormat::Parquet
+                {
+                    reasons.push(format!(
+                        "staged file {} is a {:?} {:?} file: only Parquet data files can be \
+                         promoted; open a new upload and append the rows once",
+                        file.file_path(),
+                        file.content_type(),
+                        file.file_format()
+                    ));
+                    continue;
+                }
+                files.push(file.clone());
+            }
         }
     }
-    // Counted even when the schema drifted: "optional in staging, required in
-    // the target" is worth knowing together with how many rows hold NULL.
-    reasons.extend(required_nulls(staging, target_schema, &files).await?);
     Ok((files, reasons))
 }
 
 /// Renders row `row` of `columns` (name, array) as `name=value, ...`.
-fn key_text(columns: &[(String, Arc<dyn Array>)], row: usize) -> Result<String> {
+pub(crate) fn key_text(columns: &[(String, Arc<dyn Array>)], row: usize) -> Result<String> {
     let options = FormatOptions::default().with_null("NULL");
     let mut parts = vec![];
     for (name, array) in columns {
@@ -505,7 +690,7 @@ fn key_text(columns: &[(String, Arc<dyn Array>)], row: usize) -> Result<String> 
 }
 
 /// Renders row `row` of `columns` as a JSON object of strings (NULL as null).
-fn values_json(columns: &[(String, Arc<dyn Array>)], row: usize) -> Result<String> {
+pub(crate) fn values_json(columns: &[(String, Arc<dyn Array>)], row: usize) -> Result<String> {
     let options = FormatOptions::default();
     let mut object = serde_json::Map::new();
     for (name, array) in columns {
@@ -520,7 +705,10 @@ fn values_json(columns: &[(String, Arc<dyn Array>)], row: usize) -> Result<Strin
     Ok(serde_json::Value::Object(object).to_string())
 }
 
-fn named(batch: &RecordBatch, names: &[String]) -> Result<Vec<(String, Arc<dyn Array>)>> {
+pub(crate) fn named(
+    batch: &RecordBatch,
+    names: &[String],
+) -> Result<Vec<(String, Arc<dyn Array>)>> {
     names
         .iter()
         .map(|name| {
@@ -662,6 +850,7 @@ async fn evaluate_unique(
     target: &Table,
     name: &str,
     columns: &[String],
+    verify: Verify,
     validation: &mut Validation,
 ) -> Result<()> {
     let runtime = RuntimeEnvBuilder::new()
@@ -683,7 +872,14 @@ async fn evaluate_unique(
                 })
         }
     };
-    ctx.register_table("staged", provider(&staging.table).await?)?;
+    let staged = provider(&staging.table).await?;
+    // The staged side's file pruning would believe the client's manifest
+    // metrics (a file claiming only NULL keys would be skipped).
+    let staged: Arc<dyn TableProvider> = match verify {
+        Verify::Bytes => Arc::new(NoPushdown(staged)),
+        Verify::Metadata => staged,
+    };
+    ctx.register_table("staged", staged)?;
     ctx.register_table("target", provider(target).await?)?;
     let list = |alias: &str| {
         columns
@@ -762,6 +958,36 @@ async fn evaluate_unique(
         }
     }
     Ok(())
+}
+
+/// A table whose filters DataFusion evaluates itself: none reach the
+/// scan, so no file or row group is skipped on the strength of its metrics.
+#[derive(Debug)]
+struct NoPushdown(Arc<dyn TableProvider>);
+
+#[async_trait::async_trait]
+impl TableProvider for NoPushdown {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn schema(&self) -> datafusion::arrow::datatypes::SchemaRef {
+        self.0.schema()
+    }
+
+    fn table_type(&self) -> datafusion::datasource::TableType {
+        self.0.table_type()
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn datafusion::catalog::Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        self.0.scan(state, projection, &[], limit).await
+    }
 }
 
 #[cfg(test)]

@@ -138,7 +138,12 @@ async fn many_uploads_promoted_at_once_into_one_target_all_land_once() {
 /// Starts a promotion that stops at `failpoint`, waits until it is there
 /// (with a deadline) and kills it with SIGKILL.
 fn kill_at(warehouse: &Warehouse, id: &str, failpoint: &str) {
-    let mut command = icestage(warehouse, &format!("PROMOTE UPLOAD '{id}'"));
+    // A short claim lease: the run after the kill waits for the dead
+    // promotion's claim to lapse before it takes over.
+    let mut command = icestage(
+        warehouse,
+        &format!("SET icestage.promotion_lease = '2s'; PROMOTE UPLOAD '{id}'"),
+    );
     command.env("ICESTAGE_FAILPOINT", failpoint);
     let mut child = spawn(command);
     let stderr = child.stderr.take().unwrap();
@@ -212,4 +217,67 @@ async fn a_promotion_killed_at_any_step_lands_once_when_run_again() {
         let state = scalar(&ctx, &format!("SELECT state FROM upload_status('{id}')")).await;
         assert_eq!(state, "promoted", "{failpoint}");
     }
+}
+
+/// `PROMOTE UPLOAD` and `ABORT UPLOAD` of one upload, started together in two
+/// processes: exactly one wins, every trial. When the promotion wins, its
+/// rows are in the target once and every file they live in still exists;
+/// when the abort wins, the target has none of them. The suite runs a few
+/// trials; `ICESTAGE_RACE_TRIALS=200 cargo test --test it promote_and_abort`
+/// runs the long version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promote_and_abort_racing_never_both_win() {
+    let trials: usize = std::env::var("ICESTAGE_RACE_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    let warehouse = Warehouse::new();
+    let (mut promoted, mut aborted) = (0, 0);
+    let mut expected_rows = 0usize;
+    for trial in 0..trials {
+        let id = target_with_upload(&warehouse, 5).await;
+        let children = [
+            spawn(icestage(&warehouse, &format!("PROMOTE UPLOAD '{id}'"))),
+            spawn(icestage(&warehouse, &format!("ABORT UPLOAD '{id}'"))),
+        ];
+        let [promote, abort] = children.map(|c| c.wait_with_output().unwrap());
+        let won = (promote.status.success(), abort.status.success());
+        assert!(
+            won.0 != won.1,
+            "trial {trial}: exactly one must win\npromote: {}\nabort: {}",
+            text(&promote),
+            text(&abort)
+        );
+        let (rows, snapshots) = landed(&warehouse, &id).await;
+        if won.0 {
+            promoted += 1;
+            expected_rows += 5;
+            assert_eq!(
+                (rows.as_str(), snapshots.as_str()),
+                ("5", "1"),
+                "trial {trial}"
+            );
+        } else {
+            aborted += 1;
+            assert_eq!(
+                (rows.as_str(), snapshots.as_str()),
+                ("0", "0"),
+                "trial {trial}"
+            );
+        }
+        // The whole target reads back: no promoted file was deleted.
+        let ctx = warehouse.session().await;
+        assert_eq!(
+            scalar(&ctx, "SELECT count(*) FROM s.t").await,
+            expected_rows.to_string(),
+            "trial {trial}"
+        );
+        let state = scalar(&ctx, &format!("SELECT state FROM upload_status('{id}')")).await;
+        assert_eq!(
+            state,
+            if won.0 { "promoted" } else { "aborted" },
+            "trial {trial}"
+        );
+    }
+    eprintln!("{trials} trials: promote won {promoted}, abort won {aborted}");
 }

@@ -12,3 +12,4 @@ mod pyiceberg;
 mod service;
 mod shell;
 mod slt;
+mod trust;

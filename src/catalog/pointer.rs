@@ -1,0 +1,180 @@
+//! Compare-and-swap of a table's metadata pointer, against the exact version
+//! a caller checked.
+//!
+//! The catalogs' own `update_table` reload the table and apply a commit to
+//! whatever version is current then, checking only the commit's
+//! requirements; a property change carries none. A state transition that
+//! checked version N could therefore land on top of version N+1, written by a
+//! racing process. [`PointerStore::swap`] moves the pointer only from the
+//! metadata location the caller names, so a transition commits against the
+//! version it checked or not at all:
+//!
+//! * SQL catalog: `UPDATE iceberg_tables ... WHERE metadata_location = <old>`
+//!   on the catalog's own database;
+//! * S3 Tables: `GetTable` gives the version token of the current metadata
+//!   location, and `UpdateTableMetadataLocation` takes that token, so a
+//!   location that moved since answers a conflict.
+
+use std::fmt;
+
+use iceberg::{ErrorKind, TableIdent};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+
+/// Where a catalog keeps its tables' metadata pointers.
+#[derive(Clone)]
+pub(crate) enum PointerStore {
+    /// The SQL catalog's `iceberg_tables` table, in SQLite.
+    Sqlite {
+        pool: SqlitePool,
+        catalog_name: String,
+    },
+    /// An S3 Tables table bucket.
+    S3Tables {
+        client: aws_sdk_s3tables::Client,
+        bucket_arn: String,
+    },
+    /// A catalog whose pointer icestage cannot swap itself.
+    Unsupported(String),
+}
+
+impl fmt::Debug for PointerStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sqlite { catalog_name, .. } => write!(f, "Sqlite({catalog_name})"),
+            Self::S3Tables { bucket_arn, .. } => write!(f, "S3Tables({bucket_arn})"),
+            Self::Unsupported(why) => write!(f, "Unsupported({why})"),
+        }
+    }
+}
+
+fn unexpected(message: String) -> iceberg::Error {
+    iceberg::Error::new(ErrorKind::Unexpected, message)
+}
+
+impl PointerStore {
+    /// The SQL catalog `catalog_name` at `uri`: SQLite only (the one SQL
+    /// driver icestage builds with).
+    pub(crate) fn sql(uri: &str, catalog_name: &str) -> Self {
+        if !uri.starts_with("sqlite:") {
+            return Self::Unsupported(format!("SQL catalog at '{uri}' is not SQLite"));
+        }
+        match uri.parse::<SqliteConnectOptions>() {
+            Ok(options) => Self::Sqlite {
+                pool: SqlitePoolOptions::new()
+                    .max_connections(2)
+                    .connect_lazy_with(options.busy_timeout(std::time::Duration::from_secs(30))),
+                catalog_name: catalog_name.to_string(),
+            },
+            Err(e) => Self::Unsupported(format!("cannot read SQLite URI '{uri}': {e}")),
+        }
+    }
+
+    /// Points `table` at `new` if, and only if, it points at `expected` now.
+    /// `Ok(false)` when it points elsewhere (another process committed).
+    pub(crate) async fn swap(
+        &self,
+        table: &TableIdent,
+        expected: &str,
+        new: &str,
+    ) -> iceberg::Result<bool> {
+        match self {
+            Self::Sqlite { pool, catalog_name } => {
+                let result = sqlx::query(
+                    "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
+                     WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \
+                     AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) \
+                     AND metadata_location = ?",
+                )
+                // Owned values: sqlx's borrowed binds make the future's Send
+                // bound lifetime-specific.
+                .bind(new.to_string())
+                .bind(expected.to_string())
+                .bind(catalog_name.clone())
+                .bind(table.namespace().join("."))
+                .bind(table.name().to_string())
+                .bind(expected.to_string())
+                .execute(pool)
+                .await
+                .map_err(|e| unexpected(format!("cannot update the pointer of {table}: {e}")))?;
+                Ok(result.rows_affected() == 1)
+            }
+            Self::S3Tables { client, bucket_arn } => {
+                let namespace = table.namespace().to_url_string();
+                let current = client
+                    .get_table()
+                    .table_bucket_arn(bucket_arn)
+                    .namespace(&namespace)
+                    .name(table.name())
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        unexpected(format!(
+                            "cannot read the metadata location of {table}: {}",
+                            aws_sdk_s3tables::error::DisplayErrorContext(&e)
+                        ))
+                    })?;
+                if current.metadata_location() != Some(expected) {
+                    return Ok(false);
+                }
+                let sent = client
+                    .update_table_metadata_location()
+                    .table_bucket_arn(bucket_arn)
+                    .namespace(&namespace)
+                    .name(table.name())
+                    .version_token(current.version_token())
+                    .metadata_location(new)
+                    .send()
+                    .await;
+                match sent {
+                    Ok(_) => Ok(true),
+                    Err(e)
+                        if e.as_service_error().is_some_and(|s| {
+                            matches!(
+                                s,
+                                aws_sdk_s3tables::operation::update_table_metadata_location::UpdateTableMetadataLocationError::ConflictException(_)
+                            )
+                        }) =>
+                    {
+                        Ok(false)
+                    }
+                    Err(e) => Err(unexpected(format!(
+                        "cannot update the metadata location of {table}: {}",
+                        aws_sdk_s3tables::error::DisplayErrorContext(&e)
+                    ))),
+                }
+            }
+            Self::Unsupported(why) => Err(iceberg::Error::new(
+                ErrorKind::FeatureUnsupported,
+                format!("icestage cannot compare-and-swap {table}: {why}"),
+            )),
+        }
+    }
+
+    /// The location the catalog assigned to `table`'s storage, where the
+    /// catalog (not the table's own metadata) says it: S3 Tables'
+    /// `warehouseLocation`. `None` for catalogs that place tables by rule.
+    pub(crate) async fn assigned_location(
+        &self,
+        table: &TableIdent,
+    ) -> iceberg::Result<Option<String>> {
+        match self {
+            Self::S3Tables { client, bucket_arn } => {
+                let current = client
+                    .get_table()
+                    .table_bucket_arn(bucket_arn)
+                    .namespace(table.namespace().to_url_string())
+                    .name(table.name())
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        unexpected(format!(
+                            "cannot read the storage location of {table}: {}",
+                            aws_sdk_s3tables::error::DisplayErrorContext(&e)
+                        ))
+                    })?;
+                Ok(Some(current.warehouse_location().to_string()))
+            }
+            _ => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,697 @@
+//! Verification from bytes: what promotion proves by reading the staged
+//! files, never by believing what the client wrote about them.
+//!
+//! A client holding an upload's connection writes the data files *and* the
+//! metadata that describes them: manifest metrics (null counts, bounds,
+//! record counts), file sizes, partition values and Parquet footers are all
+//! its claims. Before any of it reaches the target, every staged file is
+//! read here:
+//!
+//! * its own Parquet schema is checked against the target by field id
+//!   (every column present, same type);
+//! * every row is decoded (a corrupt or truncated file fails with its name);
+//! * NULLs in required columns are counted from the decoded values;
+//! * every `CHECK` rule is evaluated on every row;
+//! * each row's partition is computed and must be the one the file claims;
+//! * the metrics the target's manifest will carry (record count, file size,
+//!   value and null counts, lower and upper bounds) are computed from what
+//!   was read.
+//!
+//! Files are split into row-group chunks that run on all cores; each chunk
+//! streams batch by batch, so memory is bounded by the chunks in flight.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use datafusion::arrow::compute::{self, cast};
+use datafusion::arrow::datatypes::{
+    Date32Type, Float32Type, Float64Type, Int32Type, Int64Type, SchemaRef as ArrowSchemaRef,
+    TimestampMicrosecondType,
+};
+use datafusion::physical_expr::PhysicalExpr;
+use futures::{StreamExt, TryStreamExt};
+use iceberg::arrow::{
+    ArrowFileReader, RecordBatchPartitionSplitter, arrow_schema_to_schema, schema_to_arrow_schema,
+};
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, PrimitiveType, Schema,
+    SchemaRef, Struct, Type,
+};
+use iceberg::table::Table;
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+
+use super::findings::Finding;
+use super::validate::{FINDINGS_PER_RULE, Matching, key_text, named, schema_drift, values_json};
+use crate::error::{Error, Result};
+
+/// Rows per decoded batch.
+const BATCH_ROWS: usize = 8192;
+/// Row groups a chunk reads: small enough to spread a file over the cores.
+const ROW_GROUPS_PER_CHUNK: usize = 1;
+/// String bounds longer than this are left out of the metrics (Iceberg
+/// truncates bounds; leaving one out only costs pruning, never correctness).
+const MAX_STRING_BOUND: usize = 64;
+
+/// What to read and prove, shared by every chunk.
+pub(crate) struct Plan {
+    /// The target's schema; batches are conformed to it.
+    pub(crate) target: SchemaRef,
+    /// The target's schema in Arrow form, with field ids.
+    pub(crate) arrow: ArrowSchemaRef,
+    /// For each top-level target column (by position), the field id its
+    /// values carry in the staged files.
+    pub(crate) staged_ids: Vec<i32>,
+    /// The target's partition spec, when it is partitioned.
+    pub(crate) splitter: Option<Arc<RecordBatchPartitionSplitter>>,
+    /// The target's default partition spec id.
+    pub(crate) spec_id: i32,
+    /// The CHECK rules: name, predicate text, compiled expression over the
+    /// conformed batch.
+    pub(crate) checks: Vec<(String, String, Arc<dyn PhysicalExpr>)>,
+    /// Columns that identify a row in findings (the first UNIQUE key).
+    pub(crate) key: Vec<String>,
+}
+
+impl Plan {
+    /// A plan for files staged for `target`, whose columns carry the
+    /// `staging` schema's field ids.
+    pub(crate) fn new(
+        target: &Table,
+        staging: &Schema,
+        matching: Matching,
+        checks: Vec<(String, String, Arc<dyn PhysicalExpr>)>,
+        key: Vec<String>,
+    ) -> Result<Self> {
+        let metadata = target.metadata();
+        let schema = Arc::clone(metadata.current_schema());
+        let arrow = Arc::new(schema_to_arrow_schema(&schema)?);
+        let staged_ids =
+            schema
+                .as_struct()
+                .fields()
+                .iter()
+                .map(|field| match matching {
+                    Matching::ById => Ok(field.id),
+                    Matching::ByName => staging
+                        .field_by_name(&field.name)
+                        .map(|f| f.id)
+                        .ok_or_else(|| {
+                            Error::invalid(format!(
+                                "the staging table has no column '{}' of the target",
+                                field.name
+                            ))
+                        }),
+                })
+                .collect::<Result<Vec<_>>>()?;
+        let spec = metadata.default_partition_spec();
+        let splitter = if spec.is_unpartitioned() {
+            None
+        } else {
+            Some(Arc::new(
+                RecordBatchPartitionSplitter::try_new_with_computed_values(
+                    Arc::clone(&schema),
+                    Arc::clone(spec),
+                )?,
+            ))
+        };
+        Ok(Self {
+            target: schema,
+            arrow,
+            staged_ids,
+            splitter,
+            spec_id: metadata.default_partition_spec_id(),
+            checks,
+            key,
+        })
+    }
+}
+
+/// Metrics of one column, accumulated over the rows read.
+#[derive(Debug, Default, Clone)]
+struct ColumnMetrics {
+    values: u64,
+    nulls: u64,
+    lower: Option<Datum>,
+    upper: Option<Datum>,
+    /// False once some batch had values whose bounds could not be taken.
+    bounded: bool,
+}
+
+impl ColumnMetrics {
+    fn new() -> Self {
+        Self {
+            bounded: true,
+            ..Default::default()
+        }
+    }
+
+    fn add(&mut self, array: &ArrayRef, kind: &Type) {
+        self.values += array.len() as u64;
+        self.nulls += array.null_count() as u64;
+        if array.null_count() == array.len() {
+            return;
+        }
+        match (bounds(array, kind), self.bounded) {
+            (Some((low, high)), true) => {
+                if self.lower.as_ref().is_none_or(|l| low < *l) {
+                    self.lower = Some(low);
+                }
+                if self.upper.as_ref().is_none_or(|u| high > *u) {
+                    self.upper = Some(high);
+                }
+            }
+            _ => {
+                self.bounded = false;
+                self.lower = None;
+                self.upper = None;
+            }
+        }
+    }
+
+    fn merge(&mut self, other: ColumnMetrics) {
+        self.values += other.values;
+        self.nulls += other.nulls;
+        self.bounded &= other.bounded;
+        if !self.bounded {
+            self.lower = None;
+            self.upper = None;
+            return;
+        }
+        if let Some(low) = other.lower
+            && self.lower.as_ref().is_none_or(|l| low < *l)
+        {
+            self.lower = Some(low);
+        }
+        if let Some(high) = other.upper
+            && self.upper.as_ref().is_none_or(|u| high > *u)
+        {
+            self.upper = Some(high);
+        }
+    }
+}
+
+/// The least and greatest value of `array` (which has the Arrow type of
+/// `kind`), as Iceberg bounds; `None` where they cannot be taken exactly.
+fn bounds(array: &ArrayRef, kind: &Type) -> Option<(Datum, Datum)> {
+    let Type::Primitive(primitive) = kind else {
+        return None;
+    };
+    match primitive {
+        PrimitiveType::Boolean => {
+            let a = array.as_boolean_opt()?;
+            Some((
+                Datum::bool(compute::min_boolean(a)?),
+                Datum::bool(compute::max_boolean(a)?),
+            ))
+        }
+        PrimitiveType::Int => {
+            let a = array.as_primitive_opt::<Int32Type>()?;
+            Some((Datum::int(compute::min(a)?), Datum::int(compute::max(a)?)))
+        }
+        PrimitiveType::Long => {
+            let a = array.as_primitive_opt::<Int64Type>()?;
+            Some((Datum::long(compute::min(a)?), Datum::long(compute::max(a)?)))
+        }
+        PrimitiveType::Float => {
+            let a = array.as_primitive_opt::<Float32Type>()?;
+            let (low, high) = (compute::min(a)?, compute::max(a)?);
+            (!low.is_nan() && !high.is_nan()).then(|| (Datum::float(low), Datum::float(high)))
+        }
+        PrimitiveType::Double => {
+            let a = array.as_primitive_opt::<Float64Type>()?;
+            let (low, high) = (compute::min(a)?, compute::max(a)?);
+            (!low.is_nan() && !high.is_nan()).then(|| (Datum::double(low), Datum::double(high)))
+        }
+        PrimitiveType::Date => {
+            let a = array.as_primitive_opt::<Date32Type>()?;
+            Some((Datum::date(compute::min(a)?), Datum::date(compute::max(a)?)))
+        }
+        PrimitiveType::Timestamp | PrimitiveType::Timestamptz => {
+            let a = array.as_primitive_opt::<TimestampMicrosecondType>()?;
+            let (low, high) = (compute::min(a)?, compute::max(a)?);
+            Some(if *primitive == PrimitiveType::Timestamp {
+                (Datum::timestamp_micros(low), Datum::timestamp_micros(high))
+            } else {
+                (
+                    Datum::timestamptz_micros(low),
+                    Datum::timestamptz_micros(high),
+                )
+            })
+        }
+        PrimitiveType::String => {
+            let (low, high) = match array.as_string_opt::<i32>() {
+                Some(a) => (compute::min_string(a)?, compute::max_string(a)?),
+                None => {
+                    let a = array.as_string_opt::<i64>()?;
+                    (compute::min_string(a)?, compute::max_string(a)?)
+                }
+            };
+            (low.len() <= MAX_STRING_BOUND && high.len() <= MAX_STRING_BOUND)
+                .then(|| (Datum::string(low), Datum::string(high)))
+        }
+        _ => None,
+    }
+}
+
+/// What reading one chunk (or a whole file, merged) proved.
+#[derive(Debug, Default)]
+struct Read {
+    rows: u64,
+    /// Per target field id.
+    columns: HashMap<i32, ColumnMetrics>,
+    /// The partition of the rows, when the spec is partitioned.
+    partition: Option<Struct>,
+    /// Violations per CHECK rule, all counted.
+    violations: HashMap<String, u64>,
+    findings: Vec<Finding>,
+    /// Problems that stop the promotion (drift, mixed partitions).
+    reasons: Vec<String>,
+}
+
+impl Read {
+    fn merge(&mut self, other: Read, file: &str) {
+        self.rows += other.rows;
+        for (id, metrics) in other.columns {
+            match self.columns.get_mut(&id) {
+                Some(mine) => mine.merge(metrics),
+                None => {
+                    self.columns.insert(id, metrics);
+                }
+            }
+        }
+        match (&self.partition, other.partition) {
+            (_, None) => {}
+            (None, Some(p)) => self.partition = Some(p),
+            (Some(mine), Some(p)) if *mine == p => {}
+            (Some(_), Some(_)) => self.reasons.push(mixed_partitions(file)),
+        }
+        for (rule, count) in other.violations {
+            *self.violations.entry(rule).or_default() += count;
+        }
+        self.findings.extend(other.findings);
+        self.reasons.extend(other.reasons);
+    }
+}
+
+fn mixed_partitions(file: &str) -> String {
+    format!(
+        "staged file {file} holds rows of more than one partition: each data file must hold \
+         one partition of the target's spec; write the rows again with a partitioned writer"
+    )
+}
+
+/// What verification of all staged files proved.
+#[derive(Debug, Default)]
+pub(crate) struct Verified {
+    /// The files as the target will register them: paths as given, metrics
+    /// from the bytes.
+    pub(crate) files: Vec<DataFile>,
+    /// Rows read.
+    pub(crate) rows: i64,
+    /// Violations per CHECK rule.
+    pub(crate) violations: HashMap<String, u64>,
+    /// Row-level findings, at most [`FINDINGS_PER_RULE`] per rule.
+    pub(crate) findings: Vec<Finding>,
+    /// Problems of the files as a whole.
+    pub(crate) reasons: Vec<String>,
+}
+
+/// A file's name without its folders, for findings.
+fn short(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Reads the footer of `path`: its actual size and the Arrow view of it.
+async fn open(io: &FileIO, path: &str) -> Result<(u64, ArrowReaderMetadata)> {
+    let input = io.new_input(path)?;
+    let meta = input.metadata().await?;
+    let size = meta.size;
+    let mut reader = ArrowFileReader::new(meta, input.reader().await?);
+    let metadata = ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::new())
+        .await
+        .map_err(|e| unreadable(path, e))?;
+    Ok((size, metadata))
+}
+
+fn unreadable(path: &str, error: impl std::fmt::Display) -> Error {
+    Error::invalid(format!(
+        "staged file {path} is not a readable Parquet file ({error}): the upload cannot be \
+         promoted; write the rows again in a new upload"
+    ))
+}
+
+/// The columns of the file's own schema that differ from the target's:
+/// compared by field id, types only (NULLs are counted from the values).
+fn footer_drift(path: &str, footer: &ArrowReaderMetadata, plan: &Plan) -> Vec<String> {
+    let schema = match arrow_schema_to_schema(footer.schema()) {
+        Ok(schema) => schema,
+        Err(e) => {
+            return vec![format!(
+                "staged file {path} has no Iceberg field ids in its Parquet schema ({}): write it \
+                 with an Iceberg client",
+                e.message()
+            )];
+        }
+    };
+    // Compare as the staging table's own schema would (required-ness
+    // aside): the target's columns under the staged ids.
+    let relabeled = match relabel(&plan.target, &plan.staged_ids, &schema) {
+        Ok(schema) => schema,
+        Err(e) => return vec![format!("staged file {path}: {e}")],
+    };
+    schema_drift(&relabeled, &plan.target, Matching::ById)
+        .into_iter()
+        .filter(|line| !line.contains(" is required in the target but optional"))
+        .map(|line| format!("staged file {path}: {line}"))
+        .collect()
+}
+
+/// The file's `schema` with its top-level columns renumbered from the
+/// staged ids to the target's, so it compares with the target by id.
+fn relabel(target: &Schema, staged_ids: &[i32], schema: &Schema) -> Result<Schema> {
+    let mut fields = vec![];
+    for field in schema.as_struct().fields() {
+        let id = target
+            .as_struct()
+            .fields()
+            .iter()
+            .zip(staged_ids)
+            .find(|(_, staged)| **staged == field.id)
+            .map(|(t, _)| t.id)
+            .unwrap_or(field.id);
+        let mut copy = field.as_ref().clone();
+        copy.id = id;
+        fields.push(Arc::new(copy));
+    }
+    Ok(Schema::builder().with_fields(fields).build()?)
+}
+
+/// `batch` as the file holds it, conformed to the target: columns found by
+/// field id, named and typed as the target's.
+fn conform(batch: &RecordBatch, plan: &Plan, path: &str) -> Result<RecordBatch> {
+    let ids: Vec<Option<i32>> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| {
+            f.metadata()
+                .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+                .and_then(|v| v.parse().ok())
+        })
+        .collect();
+    let columns = plan
+        .arrow
+        .fields()
+        .iter()
+        .zip(&plan.staged_ids)
+        .map(|(field, staged)| {
+            let index = ids
+                .iter()
+                .position(|id| *id == Some(*staged))
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "staged file {path} has no column with field id {staged} ('{}')",
+                        field.name()
+                    ))
+                })?;
+            let column = batch.column(index);
+            if column.data_type() == field.data_type() {
+                Ok(Arc::clone(column))
+            } else {
+                Ok(cast(column, field.data_type())?)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // Nullability is checked by counting, not by the schema.
+    let relaxed = Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
+        plan.arrow
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+        plan.arrow.metadata().clone(),
+    ));
+    Ok(RecordBatch::try_new(relaxed, columns)?)
+}
+
+/// Reads row groups `groups` of `path` (first row at `first_row`).
+async fn read_chunk(
+    io: FileIO,
+    path: String,
+    footer: ArrowReaderMetadata,
+    groups: Vec<usize>,
+    first_row: i64,
+    plan: Arc<Plan>,
+) -> Result<Read> {
+    let input = io.new_input(&path)?;
+    let meta = input.metadata().await?;
+    let reader = ArrowFileReader::new(meta, input.reader().await?);
+    let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, footer)
+        .with_row_groups(groups)
+        .with_batch_size(BATCH_ROWS)
+        .build()
+        .map_err(|e| unreadable(&path, e))?;
+    let mut read = Read::default();
+    let fields = plan.target.as_struct().fields();
+    for field in fields {
+        read.columns.insert(field.id, ColumnMetrics::new());
+    }
+    let mut position = first_row;
+    while let Some(batch) = stream.try_next().await.map_err(|e| unreadable(&path, e))? {
+        let batch = conform(&batch, &plan, &path)?;
+        for (index, field) in fields.iter().enumerate() {
+            if let Some(metrics) = read.columns.get_mut(&field.id) {
+                metrics.add(batch.column(index), &field.field_type);
+            }
+        }
+        if let Some(splitter) = &plan.splitter {
+            for (key, _) in splitter.split(&batch)? {
+                match &read.partition {
+                    None => read.partition = Some(key.data().clone()),
+                    Some(seen) if seen == key.data() => {}
+                    Some(_) => {
+                        read.reasons.push(mixed_partitions(&path));
+                        return Ok(read);
+                    }
+                }
+            }
+        }
+        evaluate(&batch, &plan, &path, position, &mut read)?;
+        position += batch.num_rows() as i64;
+        read.rows += batch.num_rows() as u64;
+    }
+    Ok(read)
+}
+
+/// Evaluates every CHECK rule on `batch`, counting each violation and
+/// keeping findings up to the limit.
+fn evaluate(
+    batch: &RecordBatch,
+    plan: &Plan,
+    path: &str,
+    first: i64,
+    read: &mut Read,
+) -> Result<()> {
+    if plan.checks.is_empty() {
+        return Ok(());
+    }
+    let key_columns = named(batch, &plan.key)?;
+    for (name, predicate, expr) in &plan.checks {
+        let result = expr.evaluate(batch)?.into_array(batch.num_rows())?;
+        let result = result.as_boolean();
+        let referenced: Vec<String> = {
+            let mut names: Vec<String> = datafusion::physical_expr::utils::collect_columns(expr)
+                .iter()
+                .map(|c| c.name().to_string())
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        };
+        let values = named(batch, &referenced)?;
+        let count = read.violations.entry(name.clone()).or_default();
+        for row in 0..batch.num_rows() {
+            if !result.is_valid(row) || result.value(row) {
+                continue;
+            }
+            *count += 1;
+            if *count as usize > FINDINGS_PER_RULE {
+                continue;
+            }
+            let at = first + row as i64;
+            read.findings.push(Finding {
+                rule: name.clone(),
+                kind: "check".to_string(),
+                row: if key_columns.is_empty() {
+                    format!("{}#{at}", short(path))
+                } else {
+                    key_text(&key_columns, row)?
+                },
+                file: Some(path.to_string()),
+                position: Some(at),
+                values: values_json(&values, row)?,
+                message: format!("violates CHECK ({predicate})"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Reads every file of `files` (paths under `io`), proving what the module
+/// documentation lists. `claimed` gives, per file, the partition the
+/// client's manifest says it holds.
+pub(crate) async fn verify(io: &FileIO, files: &[DataFile], plan: Arc<Plan>) -> Result<Verified> {
+    let parallelism = std::thread::available_parallelism().map_or(2, |n| n.get());
+    // Footers first (small reads), then the row-group chunks on all cores.
+    let paths: Vec<(FileIO, String)> = files
+        .iter()
+        .map(|f| (io.clone(), f.file_path().to_string()))
+        .collect();
+    let footers: Vec<(u64, ArrowReaderMetadata)> = futures::stream::iter(paths)
+        .map(|(io, path)| async move { open(&io, &path).await })
+        .buffered(parallelism * 2)
+        .try_collect()
+        .await?;
+    let mut verified = Verified::default();
+    let mut chunks = vec![];
+    for (index, (file, (_, footer))) in files.iter().zip(&footers).enumerate() {
+        let drift = footer_drift(file.file_path(), footer, &plan);
+        if !drift.is_empty() {
+            verified.reasons.extend(drift);
+            continue;
+        }
+        let groups = footer.metadata().row_groups();
+        let mut first_row = 0i64;
+        let mut group = 0;
+        while group < groups.len() {
+            let end = (group + ROW_GROUPS_PER_CHUNK).min(groups.len());
+            chunks.push((index, (group..end).collect::<Vec<_>>(), first_row));
+            first_row += groups[group..end].iter().map(|g| g.num_rows()).sum::<i64>();
+            group = end;
+        }
+    }
+    if !verified.reasons.is_empty() {
+        return Ok(verified);
+    }
+    let reads: Vec<(usize, Read)> = futures::stream::iter(chunks)
+        .map(|(index, groups, first_row)| {
+            let (io, plan) = (io.clone(), Arc::clone(&plan));
+            let path = files[index].file_path().to_string();
+            let footer = footers[index].1.clone();
+            async move {
+                tokio::spawn(read_chunk(io, path, footer, groups, first_row, plan))
+                    .await
+                    .map_err(|e| Error::invalid(format!("internal: a verification task: {e}")))?
+                    .map(|read| (index, read))
+            }
+        })
+        .buffer_unordered(parallelism)
+        .try_collect()
+        .await?;
+    let mut per_file: Vec<Read> = files.iter().map(|_| Read::default()).collect();
+    for (index, read) in reads {
+        per_file[index].merge(read, files[index].file_path());
+    }
+    for ((file, mut read), (size, _)) in files.iter().zip(per_file).zip(&footers) {
+        verified.rows += read.rows as i64;
+        for (rule, count) in std::mem::take(&mut read.violations) {
+            *verified.violations.entry(rule).or_default() += count;
+        }
+        verified.findings.append(&mut read.findings);
+        verified.reasons.extend(read.reasons.iter().cloned());
+        if read.rows == 0 {
+            // Nothing to register: an empty file adds no rows.
+            continue;
+        }
+        if plan.splitter.is_some() && read.partition.as_ref() != Some(file.partition()) {
+            verified.reasons.push(format!(
+                "staged file {} claims partition {:?} but its rows belong to {:?}: the manifest \
+                 does not describe the file; write the rows again",
+                file.file_path(),
+                file.partition(),
+                read.partition
+            ));
+            continue;
+        }
+        verified
+            .files
+            .push(data_file(file.file_path(), *size, &read, &plan)?);
+    }
+    // Findings in file and row order, at most the limit per rule.
+    verified
+        .findings
+        .sort_by(|a, b| (&a.file, a.position).cmp(&(&b.file, b.position)));
+    let mut kept: HashMap<String, usize> = HashMap::new();
+    verified.findings.retain(|f| {
+        let n = kept.entry(f.rule.clone()).or_default();
+        *n += 1;
+        *n <= FINDINGS_PER_RULE
+    });
+    Ok(verified)
+}
+
+/// The data file the target registers for `path`: metrics from `read`.
+fn data_file(path: &str, size: u64, read: &Read, plan: &Plan) -> Result<DataFile> {
+    let mut values = HashMap::new();
+    let mut nulls = HashMap::new();
+    let mut lower = HashMap::new();
+    let mut upper = HashMap::new();
+    for (id, metrics) in &read.columns {
+        // Metrics are kept for primitive columns, as Iceberg writers keep them.
+        let primitive = plan
+            .target
+            .field_by_id(*id)
+            .is_some_and(|f| f.field_type.is_primitive());
+        if !primitive {
+            continue;
+        }
+        values.insert(*id, metrics.values);
+        nulls.insert(*id, metrics.nulls);
+        if let (Some(low), Some(high)) = (&metrics.lower, &metrics.upper) {
+            lower.insert(*id, low.clone());
+            upper.insert(*id, high.clone());
+        }
+    }
+    DataFileBuilder::default()
+        .content(DataContentType::Data)
+        .file_path(path.to_string())
+        .file_format(DataFileFormat::Parquet)
+        .partition(read.partition.clone().unwrap_or_else(Struct::empty))
+        .partition_spec_id(plan.spec_id)
+        .record_count(read.rows)
+        .file_size_in_bytes(size)
+        .value_counts(values)
+        .null_value_counts(nulls)
+        .lower_bounds(lower)
+        .upper_bounds(upper)
+        .build()
+        .map_err(|e| Error::invalid(format!("internal: verified data file {path}: {e}")))
+}
+
+/// Columns of the target that must never hold NULL, with their field ids
+/// (top level; nested required fields are checked by Arrow when decoding).
+pub(crate) fn required_nulls(plan: &Plan, verified: &Verified) -> Vec<String> {
+    let mut totals: HashMap<i32, u64> = HashMap::new();
+    for file in &verified.files {
+        for (id, n) in file.null_value_counts() {
+            *totals.entry(*id).or_default() += n;
+        }
+    }
+    plan.target
+        .as_struct()
+        .fields()
+        .iter()
+        .filter(|f| f.required)
+        .filter_map(|f| {
+            totals.get(&f.id).filter(|n| **n > 0).map(|n| {
+                format!(
+                    "column '{}' is required but {n} staged row(s) hold NULL in it",
+                    f.name
+                )
+            })
+        })
+        .collect()
+}
