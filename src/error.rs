@@ -28,6 +28,13 @@ pub enum Error {
     )]
     UnknownUpload(String),
 
+    /// No catalog knows the download, and no record of it exists.
+    #[error(
+        "download '{0}' does not exist: check the id returned by CREATE DOWNLOAD, or list \
+         downloads with SELECT * FROM downloads()"
+    )]
+    UnknownDownload(String),
+
     /// The upload was aborted or expired; its rows were discarded.
     #[error(
         "upload '{id}' was {state} and its staged rows were discarded: \
@@ -155,7 +162,74 @@ fn iceberg_message(error: &iceberg::Error) -> String {
     message
 }
 
+/// What kind of failure an [`Error`] is: what a caller can do about it.
+/// Front ends map kinds (never message text) to their own codes, e.g. HTTP
+/// statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The request is wrong: change it.
+    User,
+    /// What the request names does not exist.
+    NotFound,
+    /// The object is not in a state that allows the request (or another
+    /// process changed it): look at its state, then retry or stop.
+    Conflict,
+    /// A system icestage depends on (a catalog, storage, STS) failed: retry.
+    Upstream,
+    /// A defect in icestage.
+    Internal,
+}
+
 impl Error {
+    /// The kind of failure, for front ends that map errors to codes.
+    pub fn kind(&self) -> ErrorKind {
+        match self.root() {
+            Error::InvalidUploadId(_)
+            | Error::InvalidInput(_)
+            | Error::Config(_)
+            | Error::NotSupported(_)
+            | Error::UnknownCatalog { .. } => ErrorKind::User,
+            Error::UnknownUpload(_) | Error::UnknownDownload(_) | Error::TableNotFound { .. } => {
+                ErrorKind::NotFound
+            }
+            Error::UploadClosed { .. }
+            | Error::UploadState { .. }
+            | Error::DownloadState { .. }
+            | Error::ValidationFailed { .. }
+            | Error::Tampered { .. } => ErrorKind::Conflict,
+            Error::Iceberg(e) => match e.kind() {
+                iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound => {
+                    ErrorKind::NotFound
+                }
+                iceberg::ErrorKind::TableAlreadyExists
+                | iceberg::ErrorKind::NamespaceAlreadyExists
+                | iceberg::ErrorKind::CatalogCommitConflicts => ErrorKind::Conflict,
+                iceberg::ErrorKind::DataInvalid | iceberg::ErrorKind::FeatureUnsupported => {
+                    ErrorKind::User
+                }
+                _ => ErrorKind::Upstream,
+            },
+            Error::Io(_) => ErrorKind::Upstream,
+            Error::Arrow(_) => ErrorKind::Internal,
+            Error::DataFusion(e) => match e.find_root() {
+                DataFusionError::Plan(_)
+                | DataFusionError::SQL(..)
+                | DataFusionError::SchemaError(..)
+                | DataFusionError::NotImplemented(_)
+                | DataFusionError::Configuration(_) => ErrorKind::User,
+                DataFusionError::ObjectStore(_) | DataFusionError::IoError(_) => {
+                    ErrorKind::Upstream
+                }
+                DataFusionError::ResourcesExhausted(_) => ErrorKind::Upstream,
+                DataFusionError::External(inner) => match inner.downcast_ref::<iceberg::Error>() {
+                    Some(e) => Error::Iceberg(clone_iceberg(e)).kind(),
+                    None => ErrorKind::Internal,
+                },
+                _ => ErrorKind::Internal,
+            },
+        }
+    }
+
     /// The one-line message a user sees: icestage's own text, or for an
     /// error that went through DataFusion, [`error_message`].
     pub fn user_message(&self) -> String {
@@ -181,6 +255,12 @@ impl Error {
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidInput(message.into())
     }
+}
+
+/// An iceberg error of the same kind and message (iceberg errors do not
+/// clone), for [`Error::kind`].
+fn clone_iceberg(error: &iceberg::Error) -> iceberg::Error {
+    iceberg::Error::new(error.kind(), error.message().to_string())
 }
 
 impl From<Error> for DataFusionError {

@@ -24,7 +24,7 @@ pub use config::{
 pub use context::{Icestage, execute_statement, register, sql};
 pub use credentials::{AccessMode, Secret};
 pub use download::{DownloadId, DownloadState};
-pub use error::{Error, Result, error_message};
+pub use error::{Error, ErrorKind, Result, error_message};
 pub use ingest::{Compression, Format, SourceOptions};
 pub use progress::{Progress, ProgressSink};
 pub use upload::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};

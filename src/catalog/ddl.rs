@@ -251,6 +251,28 @@ pub(crate) async fn create_namespace(
     catalog.ensure_namespace(namespace).await
 }
 
+/// Refuses names whose parts hold a dot (`"a.b"` quoted): icestage and
+/// the clients it hands tables to write a table as `namespace.table`, and
+/// such a name would read back as another table.
+pub(crate) fn dotless(ident: &iceberg::TableIdent) -> Result<()> {
+    for part in ident
+        .namespace()
+        .iter()
+        .map(String::as_str)
+        .chain([ident.name()])
+    {
+        if part.contains('.') || part.is_empty() {
+            return Err(Error::invalid(format!(
+                "table name part '{part}' holds a dot or is empty: icestage names tables \
+                 'namespace.table', so '{part}' would read back as another name; choose a name \
+                 without dots, e.g. '{}'",
+                part.replace('.', "_")
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Runs `CREATE TABLE [AS SELECT]` on an Iceberg catalog; the result is the
 /// number of rows written when there is a query, nothing otherwise.
 pub(crate) async fn create_table(
@@ -260,6 +282,7 @@ pub(crate) async fn create_table(
     let catalog = ctx.icestage.catalog(&create.catalog)?;
     let namespace = create.ident.namespace();
     let name = format!("{}.{}", namespace.join("."), create.ident.name());
+    dotless(&create.ident)?;
     if !catalog.catalog().namespace_exists(namespace).await? {
         return Err(Error::invalid(format!(
             "cannot create table '{name}': namespace '{}' does not exist in catalog '{}'; \

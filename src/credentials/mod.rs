@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 
 pub use self::policy::AccessMode;
 pub use self::secret::Secret;
-pub(crate) use self::secret::{is_secret_key, redacted};
+pub(crate) use self::secret::{is_secret_key, redact_sql, redacted};
 use crate::error::{Error, Result};
 
 /// Catalog config key: AWS region.

@@ -140,6 +140,25 @@ fn s3_location(location: &str) -> Option<(&str, &str)> {
     Some(rest.split_once('/').unwrap_or((rest, "")))
 }
 
+/// `duration`, cut so that credentials end when the session does (`until`).
+/// STS grants at least 15 minutes: a session closer to its end than that
+/// gets none.
+fn capped(duration: Duration, until: Option<chrono::DateTime<Utc>>, id: &str) -> Result<Duration> {
+    let Some(until) = until else {
+        return Ok(duration);
+    };
+    let left = (until - Utc::now()).to_std().unwrap_or_default();
+    if left < MIN_DURATION {
+        return Err(Error::invalid(format!(
+            "upload '{}' expires at {} and credentials last at least 15m, so none can be vended \
+             that end with it: promote what was written, or open a new upload",
+            id.trim_start_matches("icestage-"),
+            until.to_rfc3339()
+        )));
+    }
+    Ok(duration.min(left))
+}
+
 /// Credentials for `table` of `catalog` in `mode`, or `None` where no
 /// credentials are needed (a local warehouse).
 async fn credentials_for(
@@ -149,7 +168,7 @@ async fn credentials_for(
     location: &str,
     mode: AccessMode,
     session: &str,
-    duration: Duration,
+    (duration, until): (Duration, Option<chrono::DateTime<Utc>>),
 ) -> Result<Option<VendedCredentials>> {
     let policy = match catalog.kind() {
         CatalogKind::S3Tables { bucket_arn, .. } => {
@@ -161,6 +180,7 @@ async fn credentials_for(
         },
     };
     let packed = pack(&policy)?;
+    let duration = capped(duration, until, session)?;
     Ok(Some(
         assume_role(catalog.aws(), catalog.name(), session, &packed, duration).await?,
     ))
@@ -207,10 +227,19 @@ struct Grant {
     catalog: std::sync::Arc<IcebergCatalog>,
     table: iceberg::table::Table,
     mode: AccessMode,
+    /// Where icestage placed the table (never the location its metadata
+    /// claims: a client may have rewritten that).
+    location: String,
+    /// The credentials must not outlive this (the upload's expiry).
+    until: Option<chrono::DateTime<Utc>>,
 }
 
 /// A ready download's table, read-only.
 fn download_grant(download: Download, mode: Option<AccessMode>) -> Result<Grant> {
+    let location = download
+        .catalog
+        .default_table_location(download.table.identifier())
+        .unwrap_or_else(|| download.table.metadata().location().to_string());
     let id = download.id.to_string();
     if mode == Some(AccessMode::Write) {
         return Err(Error::invalid(format!(
@@ -230,6 +259,8 @@ fn download_grant(download: Download, mode: Option<AccessMode>) -> Result<Grant>
         catalog: download.catalog,
         table: download.table,
         mode: AccessMode::Read,
+        location,
+        until: None,
     })
 }
 
@@ -247,10 +278,19 @@ pub(crate) async fn vend_credentials(
     let grant = if find_staging(&ctx.icestage, &upload).await?.is_some() {
         let mode = mode.unwrap_or(AccessMode::Write);
         let staging = open_session(ctx, &upload, mode).await?;
+        if let Some(reason) = &staging.tampered {
+            return Err(Error::Tampered {
+                id: upload.to_string(),
+                reason: reason.clone(),
+            });
+        }
+        let location = crate::upload::confine::assigned_location(&staging).await?;
         Grant {
+            until: staging.expires_at,
             catalog: staging.catalog,
             table: staging.table,
             mode,
+            location,
         }
     } else {
         let download = DownloadId::parse(id)?;
@@ -282,10 +322,10 @@ pub(crate) async fn vend_credentials(
         &grant.catalog,
         &ident.namespace().join("."),
         ident.name(),
-        grant.table.metadata().location(),
+        &grant.location,
         grant.mode,
         &format!("icestage-{id}"),
-        duration,
+        (duration, grant.until),
     )
     .await?;
     let connection = connection(&grant.catalog, credentials.as_ref())?;
@@ -319,6 +359,23 @@ pub(crate) async fn vend_credentials(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_end_with_the_upload() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(capped(hour, None, "x").unwrap(), hour);
+        let soon = Utc::now() + chrono::Duration::minutes(30);
+        let cut = capped(hour, Some(soon), "icestage-x").unwrap();
+        assert!(
+            cut <= Duration::from_secs(1800) && cut > Duration::from_secs(1790),
+            "{cut:?}"
+        );
+        let too_soon = Utc::now() + chrono::Duration::minutes(10);
+        let err = capped(hour, Some(too_soon), "icestage-x")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("upload 'x' expires at"), "{err}");
+    }
 
     #[test]
     fn durations_within_sts_bounds() {

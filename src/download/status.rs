@@ -24,10 +24,7 @@ fn live_record(download: &Download) -> DownloadRecord {
 }
 
 fn unknown(id: &DownloadId) -> Error {
-    Error::invalid(format!(
-        "download '{id}' does not exist: check the id returned by CREATE DOWNLOAD, or list downloads with \
-         SELECT * FROM downloads()"
-    ))
+    Error::UnknownDownload(id.to_string())
 }
 
 /// The status of download `id`, if any catalog knows it. A pending download

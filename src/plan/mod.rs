@@ -135,7 +135,7 @@ async fn plan_statement(
                 Some(lease) => parse_duration(&lease)?,
                 None => std::time::Duration::from_secs(60),
             };
-            let sql = query.to_string();
+            let sql = crate::credentials::redact_sql(&query.to_string());
             let plan = state
                 .statement_to_plan(DFStatement::Statement(Box::new(SqlStatement::Query(query))))
                 .await?;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 
 use crate::config::{CatalogConfig, IcestageConfig, parse_duration};
 use crate::credentials::Secret;
@@ -169,11 +170,22 @@ impl ServiceConfig {
     }
 
     /// Tokens by their secret value.
-    pub(crate) fn tokens(&self) -> BTreeMap<String, TokenSettings> {
-        self.service
-            .tokens
-            .iter()
-            .map(|t| (t.token.expose().to_string(), t.clone()))
-            .collect()
+    /// The tokens, each by the SHA-256 of its secret (only hashes are kept,
+    /// and they compare in constant time). Two tokens with one secret are
+    /// refused: a caller could not tell which rights it holds.
+    pub(crate) fn tokens(&self) -> Result<Vec<([u8; 32], TokenSettings)>> {
+        let mut seen: BTreeMap<[u8; 32], &str> = BTreeMap::new();
+        let mut tokens = vec![];
+        for token in &self.service.tokens {
+            let hash: [u8; 32] = Sha256::digest(token.token.expose().as_bytes()).into();
+            if let Some(other) = seen.insert(hash, &token.name) {
+                return Err(Error::Config(format!(
+                    "tokens '{other}' and '{}' have the same secret: give each token its own",
+                    token.name
+                )));
+            }
+            tokens.push((hash, token.clone()));
+        }
+        Ok(tokens)
     }
 }

@@ -34,6 +34,10 @@ pub(crate) struct Predicate {
 }
 
 const OPERATORS: &str = "eq, ne, lt, le, gt, ge, in, is_null, not_null";
+/// The most predicates one filter may hold.
+pub(crate) const MAX_PREDICATES: usize = 100;
+/// The most values one `in` predicate may list.
+const MAX_IN_VALUES: usize = 1000;
 
 fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -153,12 +157,25 @@ pub(crate) async fn download_sql(
             ));
         }
         Some(list) => {
+            let mut seen = std::collections::HashSet::new();
             for column in list {
                 type_of(column)?;
+                if !seen.insert(column) {
+                    return Err(ApiError::bad_request(format!(
+                        "column '{column}' is named twice in columns: name each column once"
+                    )));
+                }
             }
             list.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ")
         }
     };
+    if request.filter.len() > MAX_PREDICATES {
+        return Err(ApiError::bad_request(format!(
+            "filter holds {} predicates, more than the limit of {MAX_PREDICATES}: combine values \
+             of one column with 'in', or download more and filter afterwards",
+            request.filter.len()
+        )));
+    }
     let mut conditions = vec![];
     for predicate in &request.filter {
         let data_type = type_of(&predicate.column)?;
@@ -189,10 +206,10 @@ pub(crate) async fn download_sql(
             "in" => {
                 let items = value()?
                     .as_array()
-                    .filter(|a| !a.is_empty() && a.len() <= 1000)
+                    .filter(|a| !a.is_empty() && a.len() <= MAX_IN_VALUES)
                     .ok_or_else(|| {
                         ApiError::bad_request(format!(
-                            "filter 'in' on '{}' needs an array of 1 to 1000 values",
+                            "filter 'in' on '{}' needs an array of 1 to {MAX_IN_VALUES} values",
                             predicate.column
                         ))
                     })?;

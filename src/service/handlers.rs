@@ -253,11 +253,16 @@ pub(crate) async fn upload_findings(
 ) -> ApiResult {
     let Query(page) =
         page.map_err(|e| ApiError::bad_request(format!("bad page parameters: {}", e.body_text())))?;
-    if page.page == 0 || page.page_size == 0 || page.page_size > 1000 {
-        return Err(ApiError::bad_request(
-            "page starts at 1 and page_size is 1 to 1000",
-        ));
-    }
+    let offset = (page.page >= 1 && (1..=1000).contains(&page.page_size))
+        .then(|| (page.page - 1).checked_mul(page.page_size))
+        .flatten()
+        .filter(|offset| *offset <= i64::MAX as u64)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "page {} with page_size {} is out of range: page starts at 1 and page_size is 1 to 1000",
+                page.page, page.page_size
+            ))
+        })?;
     let (id, _) = owned(&state, &caller, Session::Upload, &id).await?;
     let total = first_row(
         &state
@@ -274,8 +279,7 @@ pub(crate) async fn upload_findings(
             .run(&format!(
                 "SELECT rule, kind, \"row\", file, position, \"values\", message FROM upload_findings('{id}') \
                  ORDER BY rule, file, position, \"row\" LIMIT {} OFFSET {}",
-                page.page_size,
-                (page.page - 1) * page.page_size
+                page.page_size, offset
             ))
             .await?,
     );

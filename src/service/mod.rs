@@ -12,7 +12,7 @@ mod handlers;
 mod openapi;
 mod webhooks;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,12 +27,12 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::prelude::SessionContext;
 use hmac::{Hmac, Mac};
 use serde_json::{Value as Json, json};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 pub use self::config::{ServiceConfig, ServiceSettings, TokenSettings, WebhookSettings};
 use crate::config::format_duration;
 use crate::context::Icestage;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// The service's shared state.
 #[derive(Clone)]
@@ -42,7 +42,8 @@ struct Inner {
     ctx: SessionContext,
     icestage: Arc<Icestage>,
     config: ServiceConfig,
-    tokens: BTreeMap<String, TokenSettings>,
+    /// Tokens by the SHA-256 of their secret.
+    tokens: Vec<([u8; 32], TokenSettings)>,
     id_secret: Vec<u8>,
     timeout: Duration,
     buckets: Mutex<HashMap<String, (f64, Instant)>>,
@@ -62,7 +63,7 @@ impl AppState {
             None => rand::random::<[u8; 32]>().to_vec(),
         };
         Ok(Self(Arc::new(Inner {
-            tokens: config.tokens(),
+            tokens: config.tokens()?,
             timeout: config.timeout()?,
             ctx,
             icestage,
@@ -96,10 +97,12 @@ impl AppState {
         }
         let state = self.clone();
         let id = id.to_string();
-        tokio::spawn(async move {
+        // Kept, so that a shutdown waits for it (see `serve`).
+        let task = tokio::spawn(async move {
             let _ = state.run(&format!("PROMOTE UPLOAD '{id}'")).await;
             state.0.promoting.lock().expect("promoting").remove(&id);
         });
+        self.0.icestage.keep_background(task);
     }
 
     /// The upload id for `key` from `caller`: a keyed hash, so a retried
@@ -137,22 +140,14 @@ impl ApiError {
 
 impl From<Error> for ApiError {
     fn from(error: Error) -> Self {
-        let message = error.user_message();
-        let (status, code) = match error.root() {
-            Error::InvalidUploadId(_) | Error::InvalidInput(_) => {
-                (StatusCode::BAD_REQUEST, "bad_request")
-            }
-            Error::UnknownUpload(_) | Error::TableNotFound { .. } => {
-                (StatusCode::NOT_FOUND, "not_found")
-            }
-            Error::UploadClosed { .. }
-            | Error::UploadState { .. }
-            | Error::DownloadState { .. }
-            | Error::ValidationFailed { .. } => (StatusCode::CONFLICT, "conflict"),
-            _ if message.contains("does not exist") => (StatusCode::NOT_FOUND, "not_found"),
-            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        let (status, code) = match error.kind() {
+            ErrorKind::User => (StatusCode::BAD_REQUEST, "bad_request"),
+            ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict"),
+            ErrorKind::Upstream => (StatusCode::BAD_GATEWAY, "upstream"),
+            ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
-        Self::new(status, code, message)
+        Self::new(status, code, error.user_message())
     }
 }
 
@@ -216,12 +211,18 @@ impl FromRequestParts<AppState> for Caller {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| unauthorized("send the token as Authorization: Bearer <token>"))?;
-        let token = state
-            .0
-            .tokens
-            .iter()
-            .find(|(secret, _)| equal_time(secret.as_bytes(), presented.as_bytes()))
-            .map(|(_, token)| token.clone())
+        // Every token is compared, in constant time, as a fixed-length hash:
+        // neither the match's position nor the secret's length shows in the
+        // time taken.
+        let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        for (hash, token) in &state.0.tokens {
+            if equal_time(hash, &presented) {
+                found = Some(token);
+            }
+        }
+        let token = found
+            .cloned()
             .ok_or_else(|| unauthorized("the bearer token is not valid"))?;
         // A token bucket per token: requests_per_minute, refilled continuously.
         let rate = f64::from(state.0.config.service.requests_per_minute.max(1));
@@ -306,8 +307,32 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM, whichever comes first.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 /// Binds `config.service.listen`, starts the webhook dispatcher (when a
-/// webhook is configured) and serves until Ctrl-C.
+/// webhook is configured) and serves until Ctrl-C or SIGTERM; then it stops
+/// taking requests and waits for the promotions and downloads it started.
 pub async fn serve(config: ServiceConfig) -> Result<()> {
     let state = AppState::new(config).await?;
     let listen = state.0.config.service.listen.clone();
@@ -322,11 +347,11 @@ pub async fn serve(config: ServiceConfig) -> Result<()> {
         listener.local_addr()?
     );
     axum::serve(listener, router(state.clone()))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(shutdown_signal())
         .await?;
+    eprintln!("icestage serve: stopping; waiting for background promotions and downloads");
     state.0.icestage.finish_background_work().await;
+    eprintln!("icestage serve: stopped");
     Ok(())
 }
 

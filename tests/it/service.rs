@@ -1021,3 +1021,139 @@ async fn two_hundred_concurrent_upload_sessions_land_exactly_once() {
         latencies.report()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_are_bounded_and_answered_by_kind() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let app = app(&config(&warehouse, "")).await;
+    let predicate = json!({"column": "amount_cents", "op": "gt", "value": 1});
+    for count in [101, 2000] {
+        let body =
+            json!({"table": "payments.transactions", "filter": vec![predicate.clone(); count]});
+        let (status, error) = call(
+            &app,
+            "POST",
+            "/downloads",
+            Some(TOKEN),
+            Some(&body.to_string()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!(
+                    "filter holds {count} predicates, more than the limit of 100"
+                )),
+            "{error}"
+        );
+    }
+    let twice = r#"{"table": "payments.transactions", "columns": ["currency", "currency"]}"#;
+    let (status, error) = call(&app, "POST", "/downloads", Some(TOKEN), Some(twice)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("column 'currency' is named twice"),
+        "{error}"
+    );
+
+    let (status, error) =
+        call_as_acme(&app, "GET", "/downloads/0123456789abcdef0123456789abcdef").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+    assert_eq!(error["error"]["code"], "not_found");
+
+    let (_, created) = call(
+        &app,
+        "POST",
+        "/uploads",
+        Some(TOKEN),
+        Some(r#"{"table": "payments.transactions"}"#),
+    )
+    .await;
+    let id = text(&created, "upload_id");
+    for page in ["page=18446744073709551615", "page=0", "page_size=1001"] {
+        let (status, error) =
+            call_as_acme(&app, "GET", &format!("/uploads/{id}/findings?{page}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{page}: {error}");
+        assert!(
+            error.to_string().contains("is out of range"),
+            "{page}: {error}"
+        );
+    }
+    let (status, _) = call_as_acme(&app, "GET", &format!("/uploads/{id}/findings?page=2")).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Two tokens with one secret: refused at start-up, naming both.
+    let twins = config(&warehouse, "").replace(OTHER, TOKEN);
+    let error = AppState::new(ServiceConfig::from_toml_str(&twins).unwrap())
+        .await
+        .err()
+        .expect("duplicate token secrets are refused")
+        .to_string();
+    assert!(
+        error.contains("tokens 'acme' and 'other' have the same secret"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_the_promotions_in_flight() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let path = write_config(&warehouse, "");
+    let mut service = Service::start(&path);
+    let http = reqwest::Client::new();
+    let created = post_json(
+        &http,
+        format!("{}/uploads", service.url),
+        json!({"table": "payments.transactions"}),
+    )
+    .await;
+    let id = text(&created, "upload_id");
+    let client = warehouse.session().await;
+    let rows: Vec<String> = (0..200)
+        .map(|i| format!("('t{i}', 'a1', {i}, 'usd', TIMESTAMP '2026-07-01 00:00:00Z')"))
+        .collect();
+    run(
+        &client,
+        &format!(
+            "INSERT INTO {} VALUES {}",
+            text(&created, "staging_table"),
+            rows.join(", ")
+        ),
+    )
+    .await
+    .unwrap();
+    let accepted = http
+        .post(format!("{}/uploads/{id}/complete", service.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    let pid = service.child.id().to_string();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = service.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve did not stop after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "serve exited with {status}");
+    // The promotion it had accepted finished before the process ended.
+    let state = scalar(&client, &format!("SELECT state FROM upload_status('{id}')")).await;
+    assert_eq!(state, "promoted");
+    assert_eq!(
+        scalar(&client, "SELECT count(*) FROM payments.transactions").await,
+        "200"
+    );
+}
