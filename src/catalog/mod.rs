@@ -337,11 +337,7 @@ impl IcebergCatalog {
         let Some(location) = self.default_table_location(ident) else {
             return Ok(());
         };
-        let keep: std::collections::HashSet<String> = match removal {
-            Removal::Everything => Default::default(),
-            Removal::MetadataOnly => data_file_paths(table).await,
-        };
-        crate::upload::confine::delete_confined(table, &location, &keep).await
+        crate::upload::confine::delete_confined(table, &location, removal).await
     }
 
     /// Purges `table` with its files, if it exists.
@@ -414,27 +410,6 @@ pub(crate) enum Removal {
     Everything,
     /// Its metadata files only: another table references its data files.
     MetadataOnly,
-}
-
-/// Every data file path `table`'s snapshots reference (best effort).
-async fn data_file_paths(table: &Table) -> std::collections::HashSet<String> {
-    let mut paths = std::collections::HashSet::new();
-    for snapshot in table.metadata().snapshots() {
-        let Ok(list) = table.manifest_list_reader(snapshot).load().await else {
-            continue;
-        };
-        for manifest in list.entries() {
-            if let Ok(loaded) = manifest.load_manifest(table.file_io()).await {
-                paths.extend(
-                    loaded
-                        .entries()
-                        .iter()
-                        .map(|e| e.data_file().file_path().to_string()),
-                );
-            }
-        }
-    }
-    paths
 }
 
 /// Runs an async catalog call from a synchronous DataFusion callback

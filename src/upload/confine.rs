@@ -9,10 +9,11 @@
 use std::collections::HashSet;
 
 use iceberg::io::FileIO;
-use iceberg::spec::{ManifestContentType, TableMetadata};
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 
 use super::Staging;
+use crate::catalog::Removal;
 use crate::error::{Error, Result};
 
 /// `path` in one comparable form: `file://` dropped, `s3a://` as `s3://`.
@@ -110,9 +111,17 @@ fn metadata_paths(table: &Table) -> Vec<String> {
     paths
 }
 
-/// One line per problem: the table's location moved, or a path outside it.
-/// Reads the current snapshot's manifest list and manifests.
-pub(crate) async fn confinement(staging: &Staging, location: &str) -> Result<Vec<String>> {
+/// The current snapshot's manifests, each loaded (those under the location).
+pub(crate) type Loaded = Vec<(iceberg::spec::ManifestFile, iceberg::spec::Manifest)>;
+
+/// One line per problem: the table's location moved, or a path outside it;
+/// and the current snapshot's manifests, loaded once for the checks that
+/// follow. Reads the manifest list and the manifests under the location.
+pub(crate) async fn confinement(
+    staging: &Staging,
+    location: &str,
+) -> Result<(Vec<String>, Loaded)> {
+    let mut loaded_manifests = vec![];
     let mut problems = vec![];
     let table = &staging.table;
     let claimed = table.metadata().location();
@@ -143,6 +152,7 @@ pub(crate) async fn confinement(staging: &Staging, location: &str) -> Result<Vec
                     .map(|e| e.data_file().file_path().to_string())
                     .filter(|p| !is_under(p, location)),
             );
+            loaded_manifests.push((manifest.clone(), loaded));
         }
     }
     outside.sort();
@@ -153,20 +163,20 @@ pub(crate) async fn confinement(staging: &Staging, location: &str) -> Result<Vec
              only files under the staging table's own location can be promoted"
         )
     }));
-    Ok(problems)
+    Ok((problems, loaded_manifests))
 }
 
-/// Deletes the files `table` references that lie under `location`, except
-/// `keep` (files the target now references), then its metadata files under
-/// it. Paths outside `location` are never touched, whatever the metadata
-/// says. Best effort: a file that is already gone is fine.
-pub(crate) async fn delete_confined(
-    table: &Table,
-    location: &str,
-    keep: &HashSet<String>,
-) -> Result<()> {
+/// Deletes `table`'s files that lie under `location`: its metadata files
+/// (metadata log, manifest lists, manifests) and, with
+/// [`Removal::Everything`], its data files. Paths outside `location` are
+/// never touched, whatever the metadata says, and with
+/// [`Removal::MetadataOnly`] no path a manifest names as a data file is
+/// deleted (the target references them). Best effort: a file that is already
+/// gone is fine.
+pub(crate) async fn delete_confined(table: &Table, location: &str, removal: Removal) -> Result<()> {
     let io: &FileIO = table.file_io();
-    let mut paths: Vec<String> = vec![];
+    let mut metadata: HashSet<String> = metadata_paths(table).into_iter().collect();
+    let mut data: HashSet<String> = HashSet::new();
     for snapshot in table.metadata().snapshots() {
         if !is_under(snapshot.manifest_list(), location) {
             continue;
@@ -178,27 +188,26 @@ pub(crate) async fn delete_confined(
             if !is_under(&manifest.manifest_path, location) {
                 continue;
             }
+            metadata.insert(manifest.manifest_path.clone());
             if let Ok(loaded) = manifest.load_manifest(io).await {
-                paths.extend(
+                data.extend(
                     loaded
                         .entries()
                         .iter()
                         .map(|e| e.data_file().file_path().to_string()),
                 );
             }
-            if manifest.content == ManifestContentType::Data
-                || manifest.content == ManifestContentType::Deletes
-            {
-                paths.push(manifest.manifest_path.clone());
-            }
         }
     }
-    paths.extend(metadata_paths(table));
-    paths.sort();
-    paths.dedup();
-    for path in paths {
-        if is_under(&path, location) && !keep.contains(&path) {
-            let _ = io.delete(&path).await;
+    let doomed: Vec<&String> = match removal {
+        Removal::Everything => metadata.iter().chain(data.iter()).collect(),
+        // A path a manifest names as data is never deleted here, even when
+        // another (client-written) manifest list calls it a manifest.
+        Removal::MetadataOnly => metadata.difference(&data).collect(),
+    };
+    for path in doomed {
+        if is_under(path, location) {
+            let _ = io.delete(path).await;
         }
     }
     Ok(())

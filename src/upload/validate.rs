@@ -136,14 +136,14 @@ pub(crate) async fn validate(
     copy_first: bool,
 ) -> Result<Validation> {
     let location = super::confine::assigned_location(staging).await?;
-    let confinement = super::confine::confinement(staging, &location).await?;
+    let (confinement, manifests) = super::confine::confinement(staging, &location).await?;
     if !confinement.is_empty() {
         return Ok(Validation {
             reasons: confinement,
             ..Default::default()
         });
     }
-    let (files, reasons) = inspect_metadata(staging, target).await?;
+    let (files, reasons) = inspect_metadata(staging, target, manifests)?;
     let rows = files.iter().map(|f| f.record_count() as i64).sum();
     let mut validation = Validation {
         files,
@@ -597,9 +597,10 @@ async fn required_nulls(
 /// Checks the staging table's metadata against the target: drift, snapshot
 /// operations, delete files, required nulls. Returns the data files to
 /// promote and the table-level problems.
-async fn inspect_metadata(
+fn inspect_metadata(
     staging: &Staging,
     target: &Table,
+    manifests: super::confine::Loaded,
 ) -> Result<(Vec<DataFile>, Vec<String>)> {
     let metadata = staging.table.metadata();
     let target_schema = target.metadata().current_schema();
@@ -637,10 +638,9 @@ async fn inspect_metadata(
     }
 
     let mut files = vec![];
-    if let Some(current) = metadata.current_snapshot() {
-        let list = staging.table.manifest_list_reader(current).load().await?;
+    {
         let default_spec = target.metadata().default_partition_spec_id();
-        for manifest in list.entries() {
+        for (manifest, loaded) in &manifests {
             if manifest.content != ManifestContentType::Data {
                 reasons.push(format!(
                     "the staging table has delete files ({}): rows were deleted or updated after \
@@ -656,7 +656,6 @@ async fn inspect_metadata(
                 ));
                 continue;
             }
-            let loaded = manifest.load_manifest(staging.table.file_io()).await?;
             for entry in loaded.entries().iter().filter(|e| e.is_alive()) {
                 let file = entry.data_file();
                 if file.content_type() != iceberg::spec::DataContentType::Data

@@ -48,7 +48,7 @@ use super::validate::{FINDINGS_PER_RULE, Matching, key_text, named, schema_drift
 use crate::error::{Error, Result};
 
 /// Rows per decoded batch.
-const BATCH_ROWS: usize = 8192;
+const BATCH_ROWS: usize = 65_536;
 /// Row groups a chunk reads: small enough to spread a file over the cores.
 const ROW_GROUPS_PER_CHUNK: usize = 1;
 /// String bounds longer than this are left out of the metrics (Iceberg
@@ -149,9 +149,10 @@ impl ColumnMetrics {
     }
 
     fn add(&mut self, array: &ArrayRef, kind: &Type) {
+        let nulls = array.logical_null_count();
         self.values += array.len() as u64;
-        self.nulls += array.null_count() as u64;
-        if array.null_count() == array.len() {
+        self.nulls += nulls as u64;
+        if nulls == array.len() {
             return;
         }
         match (bounds(array, kind), self.bounded) {
@@ -199,6 +200,11 @@ fn bounds(array: &ArrayRef, kind: &Type) -> Option<(Datum, Datum)> {
     let Type::Primitive(primitive) = kind else {
         return None;
     };
+    if let Some(dictionary) = array.as_any_dictionary_opt() {
+        // Every value is one of the dictionary's; bounds over the dictionary
+        // hold them all.
+        return bounds(dictionary.values(), kind);
+    }
     match primitive {
         PrimitiveType::Boolean => {
             let a = array.as_boolean_opt()?;
@@ -243,17 +249,59 @@ fn bounds(array: &ArrayRef, kind: &Type) -> Option<(Datum, Datum)> {
         }
         PrimitiveType::String => {
             let (low, high) = match array.as_string_opt::<i32>() {
-                Some(a) => (compute::min_string(a)?, compute::max_string(a)?),
-                None => {
-                    let a = array.as_string_opt::<i64>()?;
-                    (compute::min_string(a)?, compute::max_string(a)?)
-                }
+                Some(a) => string_bounds(a)?,
+                None => string_bounds(array.as_string_opt::<i64>()?)?,
             };
             (low.len() <= MAX_STRING_BOUND && high.len() <= MAX_STRING_BOUND)
                 .then(|| (Datum::string(low), Datum::string(high)))
         }
         _ => None,
     }
+}
+
+/// The first eight bytes of `value`, zero-padded, as a number that orders
+/// as the bytes do.
+fn prefix(value: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = value.len().min(8);
+    bytes[..n].copy_from_slice(&value[..n]);
+    u64::from_be_bytes(bytes)
+}
+
+/// The least and greatest non-null value of `array`, byte-wise (as Iceberg
+/// orders strings). Most values are decided by their first eight bytes, so
+/// few comparisons reach the whole strings.
+fn string_bounds<O: datafusion::arrow::array::OffsetSizeTrait>(
+    array: &datafusion::arrow::array::GenericStringArray<O>,
+) -> Option<(&str, &str)> {
+    let offsets = array.value_offsets();
+    let values = array.value_data();
+    let nulls = array.nulls();
+    let mut bounds: Option<((&[u8], u64), (&[u8], u64))> = None;
+    for row in 0..array.len() {
+        if nulls.is_some_and(|n| n.is_null(row)) {
+            continue;
+        }
+        let value = &values[offsets[row].as_usize()..offsets[row + 1].as_usize()];
+        let key = prefix(value);
+        match &mut bounds {
+            None => bounds = Some(((value, key), (value, key))),
+            Some((low, high)) => {
+                if key < low.1 || (key == low.1 && value < low.0) {
+                    *low = (value, key);
+                }
+                if key > high.1 || (key == high.1 && value > high.0) {
+                    *high = (value, key);
+                }
+            }
+        }
+    }
+    let ((low, _), (high, _)) = bounds?;
+    // Slices of a valid string array at its own offsets are valid UTF-8.
+    Some((
+        std::str::from_utf8(low).ok()?,
+        std::str::from_utf8(high).ok()?,
+    ))
 }
 
 /// What reading one chunk (or a whole file, merged) proved.
@@ -333,7 +381,72 @@ async fn open(io: &FileIO, path: &str) -> Result<(u64, ArrowReaderMetadata)> {
     let metadata = ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::new())
         .await
         .map_err(|e| unreadable(path, e))?;
-    Ok((size, metadata))
+    // Decode strings and binaries with 32-bit offsets, as the target's Arrow
+    // schema has them (writers such as PyIceberg store 64-bit ones), so the
+    // batches need no copy to conform.
+    let hint = decode_hint(&metadata);
+    if hint == *metadata.schema() {
+        return Ok((size, metadata));
+    }
+    let narrowed = ArrowReaderMetadata::try_new(
+        Arc::clone(metadata.metadata()),
+        ArrowReaderOptions::new().with_schema(hint),
+    )
+    .map_err(|e| unreadable(path, e))?;
+    Ok((size, narrowed))
+}
+
+/// How to decode the file: top-level strings and binaries with 32-bit
+/// offsets, as the target's Arrow schema has them (writers such as PyIceberg
+/// store 64-bit ones), and those the file dictionary-encodes as dictionaries,
+/// so that decoding copies no string and bounds are taken over the
+/// dictionary (bounds that hold every value; a dictionary entry no row uses
+/// only widens them).
+fn decode_hint(footer: &ArrowReaderMetadata) -> ArrowSchemaRef {
+    use datafusion::arrow::datatypes::DataType;
+    let schema = footer.schema();
+    let parquet = footer.metadata();
+    let dictionary_encoded = |name: &str| {
+        let descriptor = parquet.file_metadata().schema_descr();
+        let Some(leaf) = (0..descriptor.num_columns()).find(|i| {
+            let path = descriptor.column(*i).path().parts().to_vec();
+            path.len() == 1 && path[0] == name
+        }) else {
+            return false;
+        };
+        // Every data page dictionary-encoded (a chunk that fell back to
+        // plain pages would have to be hashed into a dictionary).
+        !parquet.row_groups().is_empty()
+            && parquet.row_groups().iter().all(|g| {
+                let chunk = g.column(leaf);
+                chunk.dictionary_page_offset().is_some()
+                    && chunk.page_encoding_stats_mask().is_some_and(|mask| {
+                        mask.is_only(parquet::basic::Encoding::PLAIN_DICTIONARY)
+                            || mask.is_only(parquet::basic::Encoding::RLE_DICTIONARY)
+                    })
+            })
+    };
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let plain = match f.data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+                DataType::Binary | DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+                _ => return Arc::clone(f),
+            };
+            let kind = if dictionary_encoded(f.name()) {
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(plain))
+            } else {
+                plain
+            };
+            Arc::new(f.as_ref().clone().with_data_type(kind))
+        })
+        .collect();
+    Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
 }
 
 fn unreadable(path: &str, error: impl std::fmt::Display) -> Error {
@@ -389,9 +502,9 @@ fn relabel(target: &Schema, staged_ids: &[i32], schema: &Schema) -> Result<Schem
     Ok(Schema::builder().with_fields(fields).build()?)
 }
 
-/// `batch` as the file holds it, conformed to the target: columns found by
-/// field id, named and typed as the target's.
-fn conform(batch: &RecordBatch, plan: &Plan, path: &str) -> Result<RecordBatch> {
+/// The columns of `batch` (as the file holds it) for each of the target's
+/// columns, found by field id, as decoded.
+fn target_columns(batch: &RecordBatch, plan: &Plan, path: &str) -> Result<Vec<ArrayRef>> {
     let ids: Vec<Option<i32>> = batch
         .schema()
         .fields()
@@ -402,8 +515,7 @@ fn conform(batch: &RecordBatch, plan: &Plan, path: &str) -> Result<RecordBatch> 
                 .and_then(|v| v.parse().ok())
         })
         .collect();
-    let columns = plan
-        .arrow
+    plan.arrow
         .fields()
         .iter()
         .zip(&plan.staged_ids)
@@ -417,7 +529,20 @@ fn conform(batch: &RecordBatch, plan: &Plan, path: &str) -> Result<RecordBatch> 
                         field.name()
                     ))
                 })?;
-            let column = batch.column(index);
+            Ok(Arc::clone(batch.column(index)))
+        })
+        .collect()
+}
+
+/// `columns` as a batch of the target's schema: named and typed as the
+/// target's, every column nullable (NULLs are counted, not refused here).
+fn conform(columns: &[ArrayRef], plan: &Plan) -> Result<RecordBatch> {
+    let columns = plan
+        .arrow
+        .fields()
+        .iter()
+        .zip(columns)
+        .map(|(field, column)| {
             if column.data_type() == field.data_type() {
                 Ok(Arc::clone(column))
             } else {
@@ -425,7 +550,6 @@ fn conform(batch: &RecordBatch, plan: &Plan, path: &str) -> Result<RecordBatch> 
             }
         })
         .collect::<Result<Vec<_>>>()?;
-    // Nullability is checked by counting, not by the schema.
     let relaxed = Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
         plan.arrow
             .fields()
@@ -461,12 +585,19 @@ async fn read_chunk(
     }
     let mut position = first_row;
     while let Some(batch) = stream.try_next().await.map_err(|e| unreadable(&path, e))? {
-        let batch = conform(&batch, &plan, &path)?;
-        for (index, field) in fields.iter().enumerate() {
+        let rows = batch.num_rows();
+        let columns = target_columns(&batch, &plan, &path)?;
+        for (column, field) in columns.iter().zip(fields) {
             if let Some(metrics) = read.columns.get_mut(&field.id) {
-                metrics.add(batch.column(index), &field.field_type);
+                metrics.add(column, &field.field_type);
             }
         }
+        position += rows as i64;
+        read.rows += rows as u64;
+        if plan.splitter.is_none() && plan.checks.is_empty() {
+            continue;
+        }
+        let batch = conform(&columns, &plan)?;
         if let Some(splitter) = &plan.splitter {
             for (key, _) in splitter.split(&batch)? {
                 match &read.partition {
@@ -479,9 +610,7 @@ async fn read_chunk(
                 }
             }
         }
-        evaluate(&batch, &plan, &path, position, &mut read)?;
-        position += batch.num_rows() as i64;
-        read.rows += batch.num_rows() as u64;
+        evaluate(&batch, &plan, &path, position - rows as i64, &mut read)?;
     }
     Ok(read)
 }
@@ -588,7 +717,8 @@ pub(crate) async fn verify(io: &FileIO, files: &[DataFile], plan: Arc<Plan>) -> 
                     .map(|read| (index, read))
             }
         })
-        .buffer_unordered(parallelism)
+        // Twice the cores: a chunk waiting on a read leaves its core to another.
+        .buffer_unordered(parallelism * 2)
         .try_collect()
         .await?;
     let mut per_file: Vec<Read> = files.iter().map(|_| Read::default()).collect();
@@ -694,4 +824,45 @@ pub(crate) fn required_nulls(plan: &Plan, verified: &Verified) -> Vec<String> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{DictionaryArray, Int32Array, LargeStringArray, StringArray};
+    use datafusion::arrow::datatypes::Int32Type;
+
+    use super::*;
+
+    #[test]
+    fn string_bounds_order_bytes_and_skip_nulls() {
+        let array = StringArray::from(vec![
+            Some("txn_5"),
+            None,
+            Some("txn_10"),
+            Some("txn_1000000000"),
+            Some("a"),
+            Some("txn_9"),
+            Some(""),
+        ]);
+        assert_eq!(string_bounds(&array), Some(("", "txn_9")));
+        let large = LargeStringArray::from(vec![Some("b"), Some("abcdefghij"), Some("abcdefghi")]);
+        assert_eq!(string_bounds(&large), Some(("abcdefghi", "b")));
+        let empty = StringArray::from(vec![None::<&str>]);
+        assert_eq!(string_bounds(&empty), None);
+    }
+
+    #[test]
+    fn metrics_of_a_dictionary_column_hold_every_value() {
+        let keys = Int32Array::from(vec![Some(1), None, Some(1), Some(2)]);
+        let values = StringArray::from(vec!["unused-a", "usd", "zar"]);
+        let array: ArrayRef =
+            Arc::new(DictionaryArray::<Int32Type>::try_new(keys, Arc::new(values)).unwrap());
+        let mut metrics = ColumnMetrics::new();
+        metrics.add(&array, &Type::Primitive(PrimitiveType::String));
+        assert_eq!((metrics.values, metrics.nulls), (4, 1));
+        // Bounds over the dictionary: looser than the rows' (an unused entry
+        // widens them), never narrower.
+        assert_eq!(metrics.lower, Some(Datum::string("unused-a")));
+        assert_eq!(metrics.upper, Some(Datum::string("zar")));
+    }
 }
