@@ -248,6 +248,14 @@ fn bounds(array: &ArrayRef, kind: &Type) -> Option<(Datum, Datum)> {
             })
         }
         PrimitiveType::String => {
+            if let Some(views) = array.as_string_view_opt() {
+                let (low, high) = (
+                    compute::min_string_view(views)?,
+                    compute::max_string_view(views)?,
+                );
+                return (low.len() <= MAX_STRING_BOUND && high.len() <= MAX_STRING_BOUND)
+                    .then(|| (Datum::string(low), Datum::string(high)));
+            }
             let (low, high) = match array.as_string_opt::<i32>() {
                 Some(a) => string_bounds(a)?,
                 None => string_bounds(array.as_string_opt::<i64>()?)?,
@@ -437,6 +445,10 @@ fn decode_hint(footer: &ArrowReaderMetadata) -> ArrowSchemaRef {
             };
             let kind = if dictionary_encoded(f.name()) {
                 DataType::Dictionary(Box::new(DataType::Int32), Box::new(plain))
+            } else if plain == DataType::Utf8 {
+                // Views point into the decoded pages instead of copying
+                // every string.
+                DataType::Utf8View
             } else {
                 plain
             };
