@@ -114,7 +114,7 @@ impl std::fmt::Debug for CatalogConfig {
         f.debug_struct("CatalogConfig")
             .field("name", &self.name)
             .field("kind", &self.kind)
-            .field("config", &crate::credentials::redacted(&self.config))
+            .field("config", &crate::secret::redacted(&self.config))
             .finish()
     }
 }

@@ -2,32 +2,40 @@
 #![deny(clippy::clone_on_ref_ptr)]
 #![warn(missing_docs)]
 
+mod aws;
 mod catalog;
 mod config;
 mod context;
 mod credentials;
 mod download;
 mod error;
+mod expiry;
 mod functions;
 mod ingest;
 mod plan;
 mod progress;
+mod rows;
+mod secret;
 pub mod service;
+mod session;
 pub mod sql;
+mod tables;
 mod upload;
 
 pub use catalog::IcebergCatalog;
+pub use catalog::Icestage;
 pub use config::{
     CatalogConfig, EMBEDDED_CATALOG_FILE, EMBEDDED_CATALOG_NAME, IcestageConfig, IcestageOptions,
     Ttl, parse_duration,
 };
-pub use context::{Icestage, execute_statement, register, sql};
-pub use credentials::{AccessMode, Secret};
+pub use context::{execute_statement, register, sql};
+pub use credentials::AccessMode;
 pub use download::{DownloadId, DownloadState};
 pub use error::{Error, ErrorKind, Result, error_message};
 pub use ingest::{Compression, Format, SourceOptions};
 pub use progress::{Progress, ProgressSink};
-pub use upload::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
+pub use secret::Secret;
+pub use session::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
 pub use upload::{
     PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID,
     SNAPSHOT_UPLOAD_ID, STAGING_NAMESPACE, UploadId, UploadState,

@@ -34,10 +34,10 @@ use iceberg::table::Table;
 
 use super::IcebergCatalog;
 use super::commit::append_files;
+use crate::catalog::writer::{write_partitions, write_rows};
 use crate::error::Result;
-use crate::plan::node::one_batch;
-use crate::plan::rows::{Value, batch};
-use crate::upload::transfer::{write_partitions, write_rows};
+use crate::rows::one_batch;
+use crate::rows::{Value, batch};
 
 /// An Iceberg table as DataFusion sees it: iceberg-datafusion's provider for
 /// reading, [`insert_into`] for `INSERT INTO`.

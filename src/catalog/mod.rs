@@ -7,11 +7,15 @@
 //! every attempt; [`ddl`] turns `CREATE TABLE` into an Iceberg table.
 
 pub(crate) mod commit;
-pub(crate) mod ddl;
+pub(crate) mod confine;
 pub(crate) mod insert;
 pub(crate) mod pointer;
 pub(crate) mod provider;
+pub(crate) mod registry;
 pub(crate) mod scoped;
+pub(crate) mod writer;
+
+pub use registry::Icestage;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -26,12 +30,13 @@ use iceberg_catalog_s3tables::S3TablesCatalogBuilder;
 use iceberg_catalog_sql::SqlCatalogBuilder;
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
+use crate::aws::AwsSettings;
 use crate::config::{
     CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, CatalogConfig, PROP_ENDPOINT_URL,
     PROP_TABLE_BUCKET_ARN, PROP_URI, PROP_WAREHOUSE, sqlite_path,
 };
-use crate::credentials::{AwsSettings, redacted};
 use crate::error::{Error, Result};
+use crate::secret::redacted;
 
 /// What kind of catalog it is, and what icestage knows of its storage.
 #[derive(Debug, Clone)]
@@ -337,7 +342,7 @@ impl IcebergCatalog {
         let Some(location) = self.default_table_location(ident) else {
             return Ok(());
         };
-        crate::upload::confine::delete_confined(table, &location, removal).await
+        confine::delete_confined(table, &location, removal).await
     }
 
     /// Purges `table` with its files, if it exists.

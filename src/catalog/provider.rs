@@ -22,7 +22,7 @@ use super::insert::IcebergTable;
 use super::scoped::ScopedCatalog;
 use super::{IcebergCatalog, block_on};
 use crate::error::{Error, Result};
-use crate::plan::node::project;
+use crate::rows::project;
 
 /// An Iceberg catalog as a DataFusion catalog.
 #[derive(Debug)]

@@ -16,14 +16,16 @@ use datafusion::arrow::array::RecordBatch;
 use serde::Serialize;
 
 use super::policy::{AccessMode, pack, s3_prefix_policy, s3tables_policy};
-use super::{MAX_DURATION, MIN_DURATION, VendedCredentials, assume_role};
+use crate::aws::{MAX_DURATION, MIN_DURATION, VendedCredentials, assume_role};
 use crate::catalog::{CatalogKind, IcebergCatalog};
 use crate::config::{CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, parse_duration};
 use crate::download::{Download, DownloadId, DownloadState, find_download};
 use crate::error::{Error, Result};
-use crate::plan::command::{CommandContext, vend_schema};
-use crate::plan::rows::{Value, batch};
-use crate::upload::{Staging, UploadId, UploadState, find_staging, log};
+use crate::rows::vend_schema;
+use crate::rows::{Value, batch};
+use crate::session::CommandContext;
+use crate::session::log;
+use crate::upload::{Staging, UploadId, UploadState, find_staging};
 
 /// The default lifetime of vended credentials.
 pub(crate) const DEFAULT_DURATION: Duration = Duration::from_secs(3600);

@@ -21,12 +21,13 @@ use super::{
     DOWNLOADS_NAMESPACE, DownloadId, DownloadState, PROP_DOWNLOAD_ID, PROP_HEARTBEAT_AT,
     PROP_LEASE_SECONDS, PROP_QUERY, PROP_SOURCES,
 };
+use crate::catalog::Icestage;
 use crate::config::bounded_ttl;
-use crate::context::Icestage;
 use crate::error::{Error, Result};
-use crate::plan::command::{CommandContext, create_download_schema};
-use crate::plan::rows::{Value, batch};
-use crate::upload::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_OWNER, PROP_STATE};
+use crate::rows::create_download_schema;
+use crate::rows::{Value, batch};
+use crate::session::CommandContext;
+use crate::session::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_OWNER, PROP_STATE};
 
 /// A planned download.
 #[derive(Debug)]
@@ -117,7 +118,7 @@ pub(crate) async fn create_download(
     catalog
         .ensure_namespace(&NamespaceIdent::new(DOWNLOADS_NAMESPACE.to_string()))
         .await?;
-    crate::upload::log::log_table(&catalog, crate::upload::log::DOWNLOADS).await?;
+    crate::session::log::log_table(&catalog, crate::session::log::DOWNLOADS).await?;
     let sources =
         serde_json::to_string(&spec.sources).map_err(|e| Error::invalid(e.to_string()))?;
     let mut properties = HashMap::from([

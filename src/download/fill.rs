@@ -17,9 +17,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::{Download, DownloadId, DownloadState, PROP_FILES, PROP_HEARTBEAT_AT, PROP_ROWS};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::append_once;
+use crate::catalog::writer::write_partitions;
 use crate::error::Result;
-use crate::upload::transfer::write_partitions;
-use crate::upload::{PROP_MESSAGE, PROP_STATE, failpoint};
+use crate::session::{PROP_MESSAGE, PROP_STATE, failpoint};
 
 /// Snapshot summary key carrying the download id (the commit's evidence).
 const SNAPSHOT_DOWNLOAD_ID: &str = "icestage.download-id";

@@ -24,10 +24,10 @@ use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 
 use crate::catalog::IcebergCatalog;
+use crate::catalog::Icestage;
 use crate::catalog::commit::{Swap, swap_properties};
-use crate::context::Icestage;
 use crate::error::{Error, Result};
-use crate::upload::{
+use crate::session::{
     PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_OWNER, PROP_STATE, SessionRecord,
     id_shape, is_missing, property_time, random_id, state_named,
 };

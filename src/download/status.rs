@@ -8,11 +8,13 @@ use chrono::Utc;
 use datafusion::arrow::array::RecordBatch;
 
 use super::{Download, DownloadId, DownloadRecord, DownloadState, find_download, list_downloads};
-use crate::context::Icestage;
+use crate::catalog::Icestage;
 use crate::error::{Error, Result};
-use crate::plan::command::{CommandContext, download_status_schema, drop_download_schema};
-use crate::plan::rows::{Value, batch};
-use crate::upload::log::{self, DOWNLOADS};
+use crate::rows::download_status_schema;
+use crate::rows::drop_download_schema;
+use crate::rows::{Value, batch};
+use crate::session::CommandContext;
+use crate::session::log::{self, DOWNLOADS};
 
 fn live_record(download: &Download) -> DownloadRecord {
     let mut record = download.record(download.state);

@@ -22,7 +22,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
 use crate::plan::Command;
-use crate::plan::node::{CommandExec, project};
+use crate::plan::node::CommandExec;
+use crate::rows::project;
 
 /// Registers every icestage table function in `ctx`.
 pub(crate) fn register_all(ctx: &SessionContext) {

@@ -9,12 +9,13 @@ use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::Expr;
 
 use super::{CommandTable, at_most, string_arg};
+use crate::catalog::Icestage;
 use crate::config::parse_duration;
-use crate::context::Icestage;
 use crate::credentials::AccessMode;
 use crate::credentials::vend::vend_duration;
 use crate::plan::Command;
-use crate::plan::command::{constraints_schema, create_upload_schema};
+use crate::rows::constraints_schema;
+use crate::rows::create_upload_schema;
 use crate::upload::UploadId;
 
 /// `upload_status('<id>')`: one row, the state of the upload.

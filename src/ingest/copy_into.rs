@@ -32,14 +32,15 @@ use super::read::{PrefixTable, Source};
 use super::source::{Access, SourceFile, select};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::{append_once, snapshot_with};
-use crate::catalog::ddl::iceberg_schema;
 use crate::catalog::insert::append_rows;
+use crate::catalog::writer::write_rows;
 use crate::error::{Error, Result};
-use crate::plan::command::{CommandContext, copy_schema};
-use crate::plan::rows::{Value, batch};
-use crate::upload::is_missing;
-use crate::upload::log::ICESTAGE_NAMESPACE;
-use crate::upload::transfer::write_rows;
+use crate::rows::copy_schema;
+use crate::rows::{Value, batch};
+use crate::session::CommandContext;
+use crate::session::is_missing;
+use crate::session::log::ICESTAGE_NAMESPACE;
+use crate::tables::ddl::iceberg_schema;
 
 /// Snapshot summary key carrying the copy id.
 pub const SNAPSHOT_COPY_ID: &str = "icestage.copy-id";

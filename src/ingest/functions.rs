@@ -29,8 +29,8 @@ use super::read::{PrefixTable, Source, vocabulary};
 use super::source::{Access, Location};
 use crate::catalog::block_on;
 use crate::error::{Error, Result};
-use crate::plan::command::timestamp_type;
-use crate::plan::rows::{Value, batch};
+use crate::rows::timestamp_type;
+use crate::rows::{Value, batch};
 
 /// Plans icestage's prefix functions; see the module documentation.
 #[derive(Debug, Default)]
@@ -237,25 +237,18 @@ async fn list(uri: &str, options: &SourceOptions) -> Result<MemTable> {
     match &access.location {
         Location::S3 { bucket, .. } if bucket.is_empty() => {
             let sdk = access.sdk.clone().expect("S3 access has an SDK config");
-            let mut config = aws_sdk_s3::config::Builder::from(&sdk);
-            if options.endpoint.is_some() {
-                config = config.force_path_style(true);
-            }
-            let client = aws_sdk_s3::Client::from_conf(config.build());
-            let buckets = client.list_buckets().send().await.map_err(|e| {
-                Error::invalid(format!(
-                    "listing buckets as {} failed: {}; grant s3:ListAllMyBuckets, or list one bucket with list_s3('s3://bucket/')",
-                    access.identity,
-                    aws_sdk_s3::error::DisplayErrorContext(&e)
-                ))
-            })?;
-            for bucket in buckets.buckets() {
-                let created = bucket
-                    .creation_date()
-                    .and_then(|d| chrono::DateTime::from_timestamp(d.secs(), d.subsec_nanos()));
+            let buckets = super::source::list_buckets(&sdk, options.endpoint.as_deref())
+                .await
+                .map_err(|e| {
+                    Error::invalid(format!(
+                        "listing buckets as {} failed: {e}; grant s3:ListAllMyBuckets, or list one bucket with list_s3('s3://bucket/')",
+                        access.identity
+                    ))
+                })?;
+            for (name, created) in buckets {
                 rows.push(vec![
                     Value::from("bucket"),
-                    Value::from(format!("s3://{}/", bucket.name().unwrap_or_default())),
+                    Value::from(format!("s3://{name}/")),
                     Value::Int(None),
                     Value::from(created),
                 ]);

@@ -14,3 +14,22 @@ pub(crate) mod read;
 pub(crate) mod source;
 
 pub use options::{Compression, Format, SourceOptions};
+
+/// The options `COPY INTO` takes.
+pub(crate) const COPY_OPTIONS: &[&str] = &[
+    "format",
+    "files",
+    "all_files",
+    "header",
+    "delimiter",
+    "schema",
+    "region",
+    "endpoint",
+    "sts_endpoint",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "role_arn",
+    "external_id",
+    "force",
+];

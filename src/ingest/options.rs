@@ -3,8 +3,8 @@
 
 use std::fmt;
 
-use crate::credentials::Secret;
 use crate::error::{Error, Result};
+use crate::secret::Secret;
 
 /// A file format icestage reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

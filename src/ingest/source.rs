@@ -534,3 +534,101 @@ mod tests {
         assert_eq!(parent_uri("s3://b/in/"), "s3://b/");
     }
 }
+
+/// The buckets the credentials of `sdk` can list (S3 `ListBuckets`, signed
+/// with SigV4), with their creation times: `list_s3('s3://')`. One signed
+/// GET, so that listing buckets does not need the whole S3 SDK.
+pub(crate) async fn list_buckets(
+    sdk: &SdkConfig,
+    endpoint: Option<&str>,
+) -> std::result::Result<Vec<(String, Option<chrono::DateTime<chrono::Utc>>)>, String> {
+    use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+    use aws_sigv4::sign::v4;
+
+    let region = sdk
+        .region()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|| "us-east-1".to_string());
+    let url = match endpoint {
+        Some(endpoint) => format!("{}/", endpoint.trim_end_matches('/')),
+        None => format!("https://s3.{region}.amazonaws.com/"),
+    };
+    let provider = sdk
+        .credentials_provider()
+        .ok_or_else(|| "no credentials are configured".to_string())?;
+    let credentials = provider
+        .provide_credentials()
+        .await
+        .map_err(|e| aws_sdk_sts::error::DisplayErrorContext(&e).to_string())?;
+    let identity = credentials.into();
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(&region)
+        .name("s3")
+        .time(std::time::SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
+        .map_err(|e| e.to_string())?
+        .into();
+    let payload = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    let headers = [("x-amz-content-sha256", payload)];
+    let signable = SignableRequest::new(
+        "GET",
+        &url,
+        headers.iter().copied(),
+        SignableBody::Precomputed(payload.to_string()),
+    )
+    .map_err(|e| e.to_string())?;
+    let (instructions, _) = sign(signable, &params)
+        .map_err(|e| e.to_string())?
+        .into_parts();
+    let mut request = reqwest::Client::new().get(&url);
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    for (name, value) in instructions.headers() {
+        request = request.header(name, value);
+    }
+    let response = request.send().await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        let code = xml_values(&body, "Code")
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        let message = xml_values(&body, "Message")
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        return Err(format!("{status} {code}: {message}"));
+    }
+    let names = xml_values(&body, "Name");
+    let created = xml_values(&body, "CreationDate");
+    Ok(names
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let at = created
+                .get(i)
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&chrono::Utc));
+            (name, at)
+        })
+        .collect())
+}
+
+/// The text of every `<tag>...</tag>` element of a small XML answer (bucket
+/// names and dates hold no markup or entities).
+fn xml_values(xml: &str, tag: &str) -> Vec<String> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    let mut values = vec![];
+    let mut rest = xml;
+    while let Some(start) = rest.find(&open) {
+        rest = &rest[start + open.len()..];
+        let Some(end) = rest.find(&close) else { break };
+        values.push(rest[..end].to_string());
+        rest = &rest[end + close.len()..];
+    }
+    values
+}

@@ -9,17 +9,14 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::execution::TaskContext;
-use datafusion::execution::context::SessionState;
-use datafusion::physical_plan::ExecutionPlan;
-use iceberg::spec::{Schema as IcebergSchema, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableIdent};
 
-use crate::config::IcestageOptions;
-use crate::context::Icestage;
 use crate::error::{Error, Result};
+use crate::rows::*;
+pub(crate) use crate::session::CommandContext;
+use crate::tables::ddl::CreateTable;
+use crate::tables::rules::Rule;
 use crate::upload;
-use crate::upload::rules::Rule;
 
 /// One icestage operation.
 #[derive(Debug, Clone)]
@@ -103,245 +100,6 @@ pub(crate) enum Command {
     CreateTable(Arc<CreateTable>),
 }
 
-/// A planned `CREATE TABLE` on an Iceberg catalog.
-#[derive(Debug)]
-pub(crate) struct CreateTable {
-    pub(crate) catalog: String,
-    pub(crate) ident: TableIdent,
-    pub(crate) schema: IcebergSchema,
-    pub(crate) partition_spec: Option<UnboundPartitionSpec>,
-    pub(crate) properties: std::collections::HashMap<String, String>,
-    pub(crate) if_not_exists: bool,
-    /// `AS SELECT ...`: the rows come from the command's input plan.
-    pub(crate) with_query: bool,
-}
-
-/// What a command needs while it runs.
-pub(crate) struct CommandContext {
-    pub(crate) icestage: Arc<Icestage>,
-    pub(crate) options: IcestageOptions,
-    pub(crate) task: Arc<TaskContext>,
-    /// The session that planned the command, for commands that write through
-    /// DataFusion (`CREATE TABLE ... AS SELECT`).
-    pub(crate) session: Option<Arc<SessionState>>,
-    /// The physical plan of the command's input, if it has one.
-    pub(crate) input: Option<Arc<dyn ExecutionPlan>>,
-}
-
-impl CommandContext {
-    /// Where long commands report progress.
-    pub(crate) fn progress(&self) -> Arc<dyn crate::progress::Progress> {
-        match self
-            .task
-            .session_config()
-            .get_extension::<crate::progress::ProgressSink>()
-        {
-            Some(sink) => Arc::clone(&sink.0),
-            None => Arc::new(crate::progress::NoProgress),
-        }
-    }
-
-    pub(crate) fn new(task: Arc<TaskContext>) -> Result<Self> {
-        let config = task.session_config();
-        Ok(Self {
-            icestage: Icestage::from_config(config)?,
-            options: config
-                .options()
-                .extensions
-                .get::<IcestageOptions>()
-                .cloned()
-                .unwrap_or_default(),
-            task,
-            session: None,
-            input: None,
-        })
-    }
-}
-
-fn utf8(name: &str, nullable: bool) -> Field {
-    Field::new(name, DataType::Utf8, nullable)
-}
-
-fn int64(name: &str) -> Field {
-    Field::new(name, DataType::Int64, true)
-}
-
-/// The timestamp type of icestage's result columns.
-pub(crate) fn timestamp_type() -> DataType {
-    DataType::Timestamp(
-        datafusion::arrow::datatypes::TimeUnit::Microsecond,
-        Some("+00:00".into()),
-    )
-}
-
-fn timestamp(name: &str) -> Field {
-    Field::new(name, timestamp_type(), true)
-}
-
-/// The columns of `upload_status(id)` and `uploads()`.
-pub(crate) fn status_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
-        utf8("state", false),
-        utf8("catalog", false),
-        utf8("target_table", false),
-        utf8("staging_table", false),
-        timestamp("created_at"),
-        timestamp("expires_at"),
-        int64("rows"),
-        int64("files"),
-        int64("snapshot_id"),
-        int64("findings"),
-        utf8("message", true),
-        utf8("owner", true),
-    ]))
-}
-
-/// The columns of `upload_findings(id)`.
-pub(crate) fn findings_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
-        utf8("rule", false),
-        utf8("kind", false),
-        utf8("row", false),
-        utf8("file", true),
-        int64("position"),
-        utf8("values", false),
-        utf8("message", false),
-    ]))
-}
-
-/// The columns of `vend_credentials(id, ...)`.
-pub(crate) fn vend_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("id", false),
-        utf8("mode", false),
-        utf8("table_name", false),
-        utf8("access_key_id", true),
-        utf8("secret_access_key", true),
-        utf8("session_token", true),
-        timestamp("expiration"),
-        utf8("region", false),
-        utf8("connection", false),
-        utf8("catalog_config", false),
-    ]))
-}
-
-/// The columns of `CREATE DOWNLOAD`.
-pub(crate) fn create_download_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("download_id", false),
-        utf8("download_table", false),
-        utf8("state", false),
-        timestamp("expires_at"),
-        utf8("catalog", false),
-        utf8("connection", false),
-    ]))
-}
-
-/// The columns of `download_status(id)`, `downloads()` and `wait_download(id)`.
-pub(crate) fn download_status_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("download_id", false),
-        utf8("state", false),
-        utf8("catalog", false),
-        utf8("download_table", false),
-        utf8("sources", false),
-        timestamp("created_at"),
-        timestamp("expires_at"),
-        int64("rows"),
-        int64("files"),
-        int64("snapshot_id"),
-        utf8("message", true),
-        utf8("owner", true),
-    ]))
-}
-
-/// The columns of `DROP DOWNLOAD`.
-pub(crate) fn drop_download_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("download_id", false),
-        utf8("state", false),
-    ]))
-}
-
-/// The options `COPY INTO` takes.
-pub(crate) const COPY_OPTIONS: &[&str] = &[
-    "format",
-    "files",
-    "all_files",
-    "header",
-    "delimiter",
-    "schema",
-    "region",
-    "endpoint",
-    "sts_endpoint",
-    "access_key_id",
-    "secret_access_key",
-    "session_token",
-    "role_arn",
-    "external_id",
-    "force",
-];
-
-/// The columns of `COPY INTO`.
-pub(crate) fn copy_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("files_loaded", DataType::Int64, false),
-        Field::new("files_skipped", DataType::Int64, false),
-        Field::new("files_changed", DataType::Int64, false),
-        Field::new("rows", DataType::Int64, false),
-        int64("snapshot_id"),
-        utf8("table_created", false),
-        utf8("message", false),
-    ]))
-}
-
-/// The columns of `table_constraints(table)`.
-pub(crate) fn constraints_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("table_name", false),
-        utf8("constraint_name", false),
-        utf8("kind", false),
-        utf8("definition", false),
-    ]))
-}
-
-/// The columns of `CREATE UPLOAD`.
-pub(crate) fn create_upload_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
-        utf8("staging_table", false),
-        utf8("target_table", false),
-        utf8("state", false),
-        timestamp("expires_at"),
-        utf8("catalog", false),
-        utf8("connection", false),
-    ]))
-}
-
-/// The columns of `PROMOTE UPLOAD`.
-pub(crate) fn promote_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
-        utf8("state", false),
-        int64("rows"),
-        int64("files"),
-        int64("snapshot_id"),
-        utf8("path", false),
-        int64("findings"),
-        utf8("message", false),
-    ]))
-}
-
-/// The columns of `ABORT UPLOAD`.
-pub(crate) fn abort_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
-        utf8("state", false),
-    ]))
-}
-
 impl Command {
     /// The name `EXPLAIN` shows.
     pub(crate) fn name(&self) -> &'static str {
@@ -374,11 +132,7 @@ impl Command {
             Command::CreateUpload { .. } => create_upload_schema(),
             Command::PromoteUpload { .. } => promote_schema(),
             Command::AbortUpload { .. } => abort_schema(),
-            Command::ExpireStaging => Arc::new(Schema::new(vec![Field::new(
-                "tables_removed",
-                DataType::Int64,
-                false,
-            )])),
+            Command::ExpireStaging => expire_schema(),
             Command::UploadStatus { .. } | Command::ListUploads => status_schema(),
             Command::UploadFindings { .. } => findings_schema(),
             Command::VendCredentials { .. } => vend_schema(),
@@ -444,7 +198,7 @@ impl Command {
                 table,
                 rule,
             } => {
-                upload::rules::add_constraint(&ctx, catalog, table, rule).await?;
+                crate::tables::rules::add_constraint(&ctx, catalog, table, rule).await?;
                 RecordBatch::new_empty(self.schema())
             }
             Command::DropConstraint {
@@ -453,11 +207,12 @@ impl Command {
                 name,
                 if_exists,
             } => {
-                upload::rules::drop_constraint(&ctx, catalog, table, name, *if_exists).await?;
+                crate::tables::rules::drop_constraint(&ctx, catalog, table, name, *if_exists)
+                    .await?;
                 RecordBatch::new_empty(self.schema())
             }
             Command::ListConstraints { catalog, table } => {
-                upload::rules::list_constraints(&ctx, catalog, table).await?
+                crate::tables::rules::list_constraints(&ctx, catalog, table).await?
             }
             Command::CreateDownload(spec) => {
                 crate::download::create::create_download(&ctx, spec).await?
@@ -478,12 +233,15 @@ impl Command {
                 uri,
                 options,
             } => {
-                let options =
-                    crate::ingest::SourceOptions::from_pairs("COPY INTO", options, COPY_OPTIONS)?;
+                let options = crate::ingest::SourceOptions::from_pairs(
+                    "COPY INTO",
+                    options,
+                    crate::ingest::COPY_OPTIONS,
+                )?;
                 crate::ingest::copy_into::copy_into(&ctx, catalog, table, uri, &options).await?
             }
             Command::AbortUpload { id } => upload::abort::abort_upload(&ctx, id).await?,
-            Command::ExpireStaging => upload::expire::expire_staging(&ctx).await?,
+            Command::ExpireStaging => crate::expiry::expire_staging(&ctx).await?,
             Command::UploadStatus { id } => upload::status::upload_status(&ctx, id).await?,
             Command::ListUploads => upload::status::list_uploads(&ctx).await?,
             Command::CreateNamespace {
@@ -491,11 +249,11 @@ impl Command {
                 namespace,
                 if_not_exists,
             } => {
-                crate::catalog::ddl::create_namespace(&ctx, catalog, namespace, *if_not_exists)
+                crate::tables::ddl::create_namespace(&ctx, catalog, namespace, *if_not_exists)
                     .await?;
                 RecordBatch::new_empty(self.schema())
             }
-            Command::CreateTable(create) => crate::catalog::ddl::create_table(&ctx, create).await?,
+            Command::CreateTable(create) => crate::tables::ddl::create_table(&ctx, create).await?,
         };
         if batch.schema().fields() != self.schema().fields() {
             return Err(Error::invalid(format!(
@@ -607,7 +365,7 @@ impl fmt::Display for Command {
             } => {
                 write!(f, "CopyInto: {catalog}.{table} from {uri}")?;
                 for (key, value) in options {
-                    let shown = if crate::credentials::is_secret_key(key) {
+                    let shown = if crate::secret::is_secret_key(key) {
                         "***"
                     } else {
                         value

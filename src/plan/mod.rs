@@ -5,7 +5,6 @@
 
 pub(crate) mod command;
 pub(crate) mod node;
-pub(crate) mod rows;
 
 use std::sync::Arc;
 
@@ -18,15 +17,15 @@ use datafusion::sql::sqlparser::ast::{CreateTableOptions, ObjectName, Statement 
 use iceberg::NamespaceIdent;
 
 pub(crate) use self::command::Command;
-use self::command::CreateTable;
 use self::node::CommandNode;
 pub(crate) use self::node::IcestageQueryPlanner;
-use crate::catalog::ddl;
+use crate::catalog::Icestage;
 use crate::config::parse_duration;
-use crate::context::Icestage;
 use crate::error::{Error, Result};
 use crate::sql::parser::{Statement, check_options};
-use crate::upload::rules::Rule;
+use crate::tables::ddl;
+use crate::tables::ddl::CreateTable;
+use crate::tables::rules::Rule;
 
 /// Plans one parsed statement.
 pub(crate) async fn statement_to_plan(
@@ -135,7 +134,7 @@ async fn plan_statement(
                 Some(lease) => parse_duration(&lease)?,
                 None => std::time::Duration::from_secs(60),
             };
-            let sql = crate::credentials::redact_sql(&query.to_string());
+            let sql = crate::secret::redact_sql(&query.to_string());
             let plan = state
                 .statement_to_plan(DFStatement::Statement(Box::new(SqlStatement::Query(query))))
                 .await?;
@@ -161,7 +160,11 @@ async fn plan_statement(
             uri,
             options,
         } => {
-            crate::ingest::SourceOptions::from_pairs("COPY INTO", &options, command::COPY_OPTIONS)?;
+            crate::ingest::SourceOptions::from_pairs(
+                "COPY INTO",
+                &options,
+                crate::ingest::COPY_OPTIONS,
+            )?;
             let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
             command_plan(Command::CopyInto {
                 catalog: catalog.name().to_string(),

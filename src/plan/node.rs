@@ -8,7 +8,6 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{DFSchema, DFSchemaRef};
 use datafusion::error::{DataFusionError, Result as DFResult};
@@ -17,17 +16,15 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{
     Expr, LogicalPlan, UserDefinedLogicalNode, UserDefinedLogicalNodeCore,
 };
-use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::projection::ProjectionExec;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
 use super::command::{Command, CommandContext};
+use crate::rows::one_batch;
 
 /// A command in a logical plan.
 #[derive(Debug, Clone)]
@@ -52,15 +49,14 @@ impl CommandNode {
             node: Arc::new(self),
         })
     }
-
-    fn key(&self) -> (String, Option<&LogicalPlan>) {
-        (self.command.to_string(), self.input.as_ref())
-    }
 }
 
+// A command is equal only to itself (the same planned statement, carried
+// through the optimizer's rewrites by its `Arc`): two statements that print
+// alike (two `CREATE UPLOAD`s, say) are still two commands.
 impl PartialEq for CommandNode {
     fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
+        Arc::ptr_eq(&self.command, &other.command) && self.input == other.input
     }
 }
 
@@ -68,15 +64,14 @@ impl Eq for CommandNode {}
 
 impl Hash for CommandNode {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.key().hash(state);
+        std::ptr::hash(Arc::as_ptr(&self.command), state);
+        self.input.hash(state);
     }
 }
 
 impl PartialOrd for CommandNode {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        self.command
-            .to_string()
-            .partial_cmp(&other.command.to_string())
+        (self == other).then_some(Ordering::Equal)
     }
 }
 
@@ -201,44 +196,6 @@ impl ExecutionPlan for CommandExec {
     }
 }
 
-/// The stream of partition `partition` of a plan with one output partition
-/// whose one batch `batch` computes.
-pub(crate) fn one_batch(
-    plan: &str,
-    partition: usize,
-    schema: SchemaRef,
-    batch: impl Future<Output = DFResult<RecordBatch>> + Send + 'static,
-) -> DFResult<SendableRecordBatchStream> {
-    if partition != 0 {
-        return Err(DataFusionError::Internal(format!(
-            "{plan} has one partition, asked for {partition}"
-        )));
-    }
-    Ok(Box::pin(RecordBatchStreamAdapter::new(
-        schema,
-        futures::stream::once(batch),
-    )))
-}
-
-/// `plan` narrowed to the columns of `projection` (indices into its schema).
-pub(crate) fn project(
-    plan: Arc<dyn ExecutionPlan>,
-    projection: Option<&Vec<usize>>,
-) -> DFResult<Arc<dyn ExecutionPlan>> {
-    let Some(projection) = projection else {
-        return Ok(plan);
-    };
-    let schema = plan.schema();
-    let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = projection
-        .iter()
-        .map(|&i| {
-            let name = schema.field(i).name().clone();
-            (Arc::new(Column::new(&name, i)) as _, name)
-        })
-        .collect();
-    Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
-}
-
 /// Plans [`CommandNode`]s into [`CommandExec`]s.
 #[derive(Debug, Default)]
 pub(crate) struct CommandPlanner;
@@ -266,9 +223,43 @@ impl ExtensionPlanner for CommandPlanner {
     }
 }
 
-/// DataFusion's physical planner plus [`CommandPlanner`].
-#[derive(Debug, Default)]
-pub(crate) struct IcestageQueryPlanner;
+/// The session's query planner with icestage's statements added: a plan
+/// that holds an icestage command is planned with [`CommandPlanner`]; every
+/// other plan goes to the planner the host application had installed, so
+/// registering icestage composes with a host's own planner.
+pub(crate) struct IcestageQueryPlanner {
+    /// The planner the session had before (DataFusion's default, or the
+    /// host application's).
+    pub(crate) inner: Arc<dyn QueryPlanner + Send + Sync>,
+}
+
+impl fmt::Debug for IcestageQueryPlanner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IcestageQueryPlanner")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+/// True when `plan` holds an icestage command anywhere.
+fn holds_command(plan: &LogicalPlan) -> bool {
+    use datafusion::common::tree_node::TreeNode;
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        if let LogicalPlan::Extension(extension) = node
+            && extension
+                .node
+                .as_any()
+                .downcast_ref::<CommandNode>()
+                .is_some()
+        {
+            found = true;
+            return Ok(datafusion::common::tree_node::TreeNodeRecursion::Stop);
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    });
+    found
+}
 
 #[async_trait]
 impl QueryPlanner for IcestageQueryPlanner {
@@ -277,8 +268,29 @@ impl QueryPlanner for IcestageQueryPlanner {
         logical_plan: &LogicalPlan,
         session_state: &SessionState,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(CommandPlanner)])
-            .create_physical_plan(logical_plan, session_state)
-            .await
+        if holds_command(logical_plan) {
+            DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(CommandPlanner)])
+                .create_physical_plan(logical_plan, session_state)
+                .await
+        } else {
+            self.inner
+                .create_physical_plan(logical_plan, session_state)
+                .await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_that_print_alike_are_still_two_commands() {
+        let a = CommandNode::new(Command::ExpireStaging, None).unwrap();
+        let b = CommandNode::new(Command::ExpireStaging, None).unwrap();
+        assert_eq!(a.command.to_string(), b.command.to_string());
+        assert_ne!(a, b);
+        assert_eq!(a, a.clone());
+        assert_eq!(a.partial_cmp(&b), None);
     }
 }

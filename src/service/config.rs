@@ -8,8 +8,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::config::{CatalogConfig, IcestageConfig, parse_duration};
-use crate::credentials::Secret;
 use crate::error::{Error, Result};
+use crate::secret::Secret;
 
 /// `icestage serve --config FILE`: the catalogs (a `warehouse` folder for
 /// the embedded catalog, or `[[catalogs]]` entries) and a `[service]` table.

@@ -30,8 +30,8 @@ use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
 pub use self::config::{ServiceConfig, ServiceSettings, TokenSettings, WebhookSettings};
+use crate::catalog::Icestage;
 use crate::config::format_duration;
-use crate::context::Icestage;
 use crate::error::{Error, ErrorKind, Result};
 
 /// The service's shared state.

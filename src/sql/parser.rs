@@ -127,7 +127,7 @@ impl fmt::Display for Statement {
                 let shown: Vec<(String, String)> = options
                     .iter()
                     .map(|(k, v)| {
-                        let v = if crate::credentials::is_secret_key(k) {
+                        let v = if crate::secret::is_secret_key(k) {
                             "***".to_string()
                         } else {
                             v.clone()

@@ -4,11 +4,13 @@
 use datafusion::arrow::array::RecordBatch;
 
 use super::promote::load_target;
-use super::{Staging, UploadId, UploadState, find_staging, findings, log, promoted_snapshot};
-use crate::context::Icestage;
+use super::{Staging, UploadId, UploadState, find_staging, findings, promoted_snapshot};
+use crate::catalog::Icestage;
 use crate::error::{Error, Result};
-use crate::plan::command::{CommandContext, abort_schema};
-use crate::plan::rows::{Value, batch};
+use crate::rows::abort_schema;
+use crate::rows::{Value, batch};
+use crate::session::CommandContext;
+use crate::session::log;
 
 pub(crate) async fn abort_upload(ctx: &CommandContext, id: &str) -> Result<RecordBatch> {
     let id = UploadId::parse(id)?;

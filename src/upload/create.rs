@@ -15,8 +15,9 @@ use super::{
 use crate::catalog::IcebergCatalog;
 use crate::config::bounded_ttl;
 use crate::error::{Error, Result};
-use crate::plan::command::{CommandContext, create_upload_schema};
-use crate::plan::rows::{Value, batch};
+use crate::rows::create_upload_schema;
+use crate::rows::{Value, batch};
+use crate::session::CommandContext;
 
 /// Target properties a staging table inherits: how files are written, never
 /// where (a staging table's files stay under its own location).
@@ -180,7 +181,7 @@ pub(crate) async fn create_upload(
         .await?;
     // The log that will record how this upload ends, created now rather than
     // by racing promotions.
-    super::log::log_table(catalog, super::log::UPLOADS).await?;
+    crate::session::log::log_table(catalog, crate::session::log::UPLOADS).await?;
     let ident = id.staging_table();
     let mut properties = HashMap::from([
         (PROP_UPLOAD_ID.to_string(), id.to_string()),

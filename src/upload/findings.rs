@@ -15,7 +15,7 @@ use super::{STAGING_NAMESPACE, UploadId, is_missing};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::insert::append_rows;
 use crate::error::{Error, Result};
-use crate::plan::rows::Value;
+use crate::rows::Value;
 
 /// Prefix of a findings table's name; the upload id follows.
 pub const FINDINGS_TABLE_PREFIX: &str = "findings_";

@@ -15,11 +15,8 @@
 pub(crate) mod abort;
 pub(crate) mod confine;
 pub(crate) mod create;
-pub(crate) mod expire;
 pub(crate) mod findings;
-pub(crate) mod log;
 pub(crate) mod promote;
-pub(crate) mod rules;
 pub(crate) mod seal;
 pub(crate) mod status;
 pub(crate) mod transfer;
@@ -36,10 +33,14 @@ use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 
 use crate::catalog::IcebergCatalog;
+use crate::catalog::Icestage;
 use crate::catalog::commit::{Swap, swap_properties};
-use crate::context::Icestage;
 use crate::error::{Error, Result};
-use crate::plan::rows::Value;
+use crate::rows::Value;
+pub use crate::session::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_OWNER, PROP_STATE};
+pub(crate) use crate::session::{
+    SessionRecord, failpoint, id_shape, is_missing, property_time, random_id, state_named,
+};
 
 /// Namespace of staging tables.
 pub const STAGING_NAMESPACE: &str = "staging";
@@ -52,16 +53,6 @@ pub const SNAPSHOT_UPLOAD_ID: &str = "upload-id";
 pub const PROP_UPLOAD_ID: &str = "icestage.upload-id";
 /// Staging table property: the target table, `namespace.table`.
 pub const PROP_TARGET: &str = "icestage.target";
-/// Staging table property: the session state.
-pub const PROP_STATE: &str = "icestage.state";
-/// Staging table property: creation time, RFC 3339.
-pub const PROP_CREATED_AT: &str = "icestage.created-at";
-/// Staging table property: expiry time, RFC 3339.
-pub const PROP_EXPIRES_AT: &str = "icestage.expires-at";
-/// Staging table property: why the last promotion failed.
-pub const PROP_MESSAGE: &str = "icestage.message";
-/// Table property (staging and download tables): who the session belongs to.
-pub const PROP_OWNER: &str = "icestage.owner";
 /// Staging table property: rule violations found by the last validation.
 pub const PROP_FINDINGS: &str = "icestage.findings";
 /// Staging table property: the token of the promotion holding the claim.
@@ -82,31 +73,6 @@ pub(crate) fn claim_alive(props: &HashMap<String, String>, now: DateTime<Utc>) -
         .clamp(1, 86_400);
     held && property_time(props, PROP_CLAIMED_AT)
         .is_some_and(|at| (now - at).num_seconds() <= lease)
-}
-
-/// A fresh session id: 128 random bits as 32 lowercase hex characters.
-pub(crate) fn random_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
-}
-
-/// `text` (trimmed, lowercased) if it has the shape of a session id.
-pub(crate) fn id_shape(text: &str) -> Option<String> {
-    let text = text.trim();
-    (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| text.to_ascii_lowercase())
-}
-
-/// An RFC 3339 time a session table keeps in property `key`.
-pub(crate) fn property_time(props: &HashMap<String, String>, key: &str) -> Option<DateTime<Utc>> {
-    props
-        .get(key)
-        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
-        .map(|t| t.with_timezone(&Utc))
-}
-
-/// The state named `text` among `all`, as their `Display` names them.
-pub(crate) fn state_named<S: Copy + fmt::Display>(all: &[S], text: &str) -> Option<S> {
-    all.iter().copied().find(|s| s.to_string() == text)
 }
 
 /// An upload id: 128 random bits as 32 lowercase hex characters.
@@ -208,27 +174,6 @@ impl FromStr for UploadState {
             ))
         })
     }
-}
-
-/// What is known of one session (an upload, or a download): a row of the
-/// status functions, and what the session log stores when a session ends.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SessionRecord<S> {
-    pub(crate) id: String,
-    pub(crate) state: S,
-    pub(crate) catalog: String,
-    pub(crate) target: String,
-    pub(crate) staging: String,
-    pub(crate) created_at: Option<DateTime<Utc>>,
-    pub(crate) expires_at: Option<DateTime<Utc>>,
-    /// When the log recorded it (`None` for a live session).
-    pub(crate) recorded_at: Option<DateTime<Utc>>,
-    pub(crate) rows: Option<i64>,
-    pub(crate) files: Option<i64>,
-    pub(crate) snapshot_id: Option<i64>,
-    pub(crate) findings: Option<i64>,
-    pub(crate) message: Option<String>,
-    pub(crate) owner: Option<String>,
 }
 
 /// An upload's record.
@@ -543,30 +488,6 @@ pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<St
 /// The target snapshot that promoted `id`, if any (the exactly-once evidence).
 pub(crate) fn promoted_snapshot(target: &Table, id: &UploadId) -> Option<i64> {
     crate::catalog::commit::snapshot_with(target, SNAPSHOT_UPLOAD_ID, id.as_str())
-}
-
-/// A named point in a promotion where a test can stop the process:
-/// with `ICESTAGE_FAILPOINT=<name>` set, reaching it prints
-/// `failpoint <name> reached` on stderr and blocks until the process is
-/// killed. Compiled into debug builds only (the test profile).
-pub(crate) fn failpoint(name: &str) {
-    #[cfg(debug_assertions)]
-    if std::env::var("ICESTAGE_FAILPOINT").is_ok_and(|v| v == name) {
-        eprintln!("failpoint {name} reached");
-        loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
-        }
-    }
-    #[cfg(not(debug_assertions))]
-    let _ = name;
-}
-
-/// True for "no such table / namespace" errors.
-pub(crate) fn is_missing(error: &iceberg::Error) -> bool {
-    matches!(
-        error.kind(),
-        iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
-    )
 }
 
 #[cfg(test)]

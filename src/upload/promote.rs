@@ -28,15 +28,17 @@ use iceberg::table::Table;
 use super::validate::{Matching, Validation, Verify, schema_drift, validate};
 use super::{
     SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
-    findings, is_missing, log, promoted_snapshot, transfer,
+    findings, is_missing, promoted_snapshot, transfer,
 };
+use crate::catalog::Icestage;
 use crate::catalog::Removal;
 use crate::catalog::commit::{append_once, summary_count};
 use crate::config::parse_duration;
-use crate::context::Icestage;
 use crate::error::{Error, Result};
-use crate::plan::command::{CommandContext, promote_schema};
-use crate::plan::rows::{Value, batch};
+use crate::rows::promote_schema;
+use crate::rows::{Value, batch};
+use crate::session::CommandContext;
+use crate::session::log;
 
 /// How the rows reached the target (the `path` column of PROMOTE UPLOAD).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -20,10 +20,11 @@ use std::collections::HashMap;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_OWNER, PROP_TARGET, PROP_UPLOAD_ID, log};
+use super::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_OWNER, PROP_TARGET, PROP_UPLOAD_ID};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::{Swap, swap_properties};
 use crate::error::{Error, Result};
+use crate::session::log;
 
 /// Staging table property: the seal over the session's authority.
 pub const PROP_SEAL: &str = "icestage.seal";

@@ -9,14 +9,17 @@ use iceberg::TableIdent;
 use iceberg::table::Table;
 
 use super::{
-    Staging, UploadId, UploadRecord, UploadState, find_staging, findings, list_staging, log,
+    Staging, UploadId, UploadRecord, UploadState, find_staging, findings, list_staging,
     promoted_snapshot,
 };
+use crate::catalog::Icestage;
 use crate::catalog::commit::summary_count;
-use crate::context::Icestage;
 use crate::error::{Error, Result};
-use crate::plan::command::{CommandContext, findings_schema, status_schema};
-use crate::plan::rows::{Value, batch};
+use crate::rows::findings_schema;
+use crate::rows::status_schema;
+use crate::rows::{Value, batch};
+use crate::session::CommandContext;
+use crate::session::log;
 
 /// The record of a live session; `target` is its target table when it
 /// could be loaded (to see whether the promotion committed).

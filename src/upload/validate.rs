@@ -3,7 +3,7 @@
 //! First what the metadata answers, without reading data: schema and
 //! partition-spec drift by field id, snapshots that are not plain appends,
 //! delete files, and NULLs in required columns (from the manifests' null
-//! counts). Then the target's rules ([`super::rules`]):
+//! counts). Then the target's rules ([`crate::tables::rules`]):
 //!
 //! * `CHECK` rules read only the files whose column metrics cannot rule out a
 //!   violation (the negated predicates are pushed into Iceberg's file
@@ -35,12 +35,12 @@ use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
 
 use super::findings::Finding;
 use super::promote::load_target;
-use super::rules::{PlannedCheck, Rule, df_schema, plan_checks, rules_of};
 use super::{Staging, UploadId, find_staging};
+use crate::catalog::Icestage;
 use crate::catalog::commit::summary_count;
 use crate::catalog::provider::table_provider;
-use crate::context::Icestage;
 use crate::error::{Error, Result};
+use crate::tables::rules::{PlannedCheck, Rule, df_schema, plan_checks, rules_of};
 
 /// Row-level findings kept per rule; the count covers every violation.
 pub(crate) const FINDINGS_PER_RULE: usize = 1000;

@@ -73,9 +73,9 @@ pub fn repo() -> PathBuf {
 }
 
 /// The Python of the test virtual environment (`.venv`, with PyIceberg and
-/// moto), created by `scripts/setup-venv.sh` on first use when a plain
-/// `cargo test` runs without `scripts/test.sh`. Without it the tests fail:
-/// the suite never passes without its real third-party clients.
+/// moto), which `./scripts/test.sh` creates. A plain `cargo test` without it
+/// fails with what to run: the suite never passes without its real
+/// third-party clients, and a test run does not install software by itself.
 pub fn python() -> PathBuf {
     static READY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     READY
@@ -86,18 +86,18 @@ pub fn python() -> PathBuf {
                     .args(["-c", "import pyiceberg, pyiceberg_core, moto"])
                     .status()
                     .is_ok_and(|s| s.success());
-            if !ready {
-                let status = Command::new(repo().join("scripts").join("setup-venv.sh"))
-                    .status()
-                    .map_err(|e| format!("cannot run scripts/setup-venv.sh: {e}"))?;
-                if !status.success() {
-                    return Err(format!("scripts/setup-venv.sh failed ({status})"));
-                }
+            if ready {
+                Ok(python)
+            } else {
+                Err(format!(
+                    "{} lacks PyIceberg or moto: run ./scripts/test.sh (or \
+                     ./scripts/setup-venv.sh once, then cargo test)",
+                    python.display()
+                ))
             }
-            Ok(python)
         })
         .clone()
-        .unwrap_or_else(|e| panic!("the test virtual environment is not available: {e}"))
+        .unwrap_or_else(|e| panic!("the test virtual environment is not ready: {e}"))
 }
 
 /// Runs a Python script of `tests/python/` with `args`; panics with its

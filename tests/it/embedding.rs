@@ -69,3 +69,48 @@ async fn a_session_without_icestage_gets_a_clear_error() {
          call icestage::register(&ctx, config) first"
     );
 }
+
+/// A host application's own query planner: counts the plans it is asked for.
+#[derive(Debug, Default)]
+struct CountingPlanner(std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl datafusion::execution::context::QueryPlanner for CountingPlanner {
+    async fn create_physical_plan(
+        &self,
+        plan: &datafusion::logical_expr::LogicalPlan,
+        state: &datafusion::execution::context::SessionState,
+    ) -> datafusion::error::Result<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>
+    {
+        use datafusion::physical_planner::PhysicalPlanner;
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        datafusion::physical_planner::DefaultPhysicalPlanner::default()
+            .create_physical_plan(plan, state)
+            .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn register_keeps_the_hosts_query_planner() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    let warehouse = Warehouse::new();
+    let host = Arc::new(CountingPlanner::default());
+    let state = datafusion::execution::SessionStateBuilder::new()
+        .with_default_features()
+        .with_query_planner(Arc::clone(&host) as _)
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    icestage::register(&ctx, warehouse.config()).await.unwrap();
+
+    collect(&ctx, "SELECT 1").await;
+    assert_eq!(
+        host.0.load(Ordering::SeqCst),
+        1,
+        "the host planner planned the query"
+    );
+    // icestage's statements still plan (with icestage's planner).
+    let uploads = collect(&ctx, "SELECT count(*) AS n FROM uploads()").await;
+    assert_eq!(value(&uploads, "n"), "0");
+}

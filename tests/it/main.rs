@@ -8,6 +8,7 @@ mod embedding;
 mod exactly_once;
 mod ingest;
 mod insert;
+mod layers;
 mod pyiceberg;
 mod service;
 mod shell;

@@ -6,13 +6,12 @@
 use chrono::Utc;
 use datafusion::arrow::array::RecordBatch;
 
-use super::abort::discard;
-use super::promote::{load_target, promote};
-use super::{UploadState, list_staging, promoted_snapshot};
 use crate::error::Result;
-use crate::plan::Command;
-use crate::plan::command::CommandContext;
-use crate::plan::rows::{Value, batch};
+use crate::rows::{Value, batch, expire_schema};
+use crate::session::CommandContext;
+use crate::upload::abort::discard;
+use crate::upload::promote::{load_target, promote};
+use crate::upload::{UploadState, list_staging, promoted_snapshot};
 
 pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<RecordBatch> {
     let now = Utc::now();
@@ -57,8 +56,5 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<RecordBatch> 
         }
     }
     removed += crate::download::status::expire(&ctx.icestage).await?;
-    batch(
-        Command::ExpireStaging.schema(),
-        &[vec![Value::from(removed)]],
-    )
+    batch(expire_schema(), &[vec![Value::from(removed)]])
 }

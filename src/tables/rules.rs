@@ -17,11 +17,12 @@ use iceberg::TableIdent;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-use super::is_missing;
 use crate::catalog::IcebergCatalog;
 use crate::error::{Error, Result};
-use crate::plan::command::{CommandContext, constraints_schema};
-use crate::plan::rows::{Value, batch};
+use crate::rows::constraints_schema;
+use crate::rows::{Value, batch};
+use crate::session::CommandContext;
+use crate::session::is_missing;
 
 /// Table property prefix of a stored rule.
 pub const PROP_CONSTRAINT_PREFIX: &str = "icestage.constraint.";

@@ -17,12 +17,26 @@ use datafusion::sql::sqlparser::ast::{
     SqlOption, Value,
 };
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
+use iceberg::spec::Schema as IcebergSchema;
 use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
-use iceberg::{NamespaceIdent, TableCreation};
+use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use crate::catalog::insert::{insert_into, writer_per_core};
 use crate::error::{Error, Result};
-use crate::plan::command::{CommandContext, CreateTable};
+use crate::session::CommandContext;
+
+/// A planned `CREATE TABLE` on an Iceberg catalog.
+#[derive(Debug)]
+pub(crate) struct CreateTable {
+    pub(crate) catalog: String,
+    pub(crate) ident: TableIdent,
+    pub(crate) schema: IcebergSchema,
+    pub(crate) partition_spec: Option<UnboundPartitionSpec>,
+    pub(crate) properties: std::collections::HashMap<String, String>,
+    pub(crate) if_not_exists: bool,
+    /// `AS SELECT ...`: the rows come from the command's input plan.
+    pub(crate) with_query: bool,
+}
 
 /// The Iceberg schema for a table whose columns DataFusion planned as `arrow`.
 /// Field ids are assigned from 1, as a new table gets them.

@@ -17,10 +17,10 @@ use iceberg::{NamespaceIdent, TableIdent};
 
 use super::{SessionRecord, is_missing};
 use crate::catalog::IcebergCatalog;
+use crate::catalog::Icestage;
 use crate::catalog::insert::append_rows;
-use crate::context::Icestage;
 use crate::error::{Error, Result};
-use crate::plan::rows::Value;
+use crate::rows::Value;
 use std::fmt::Display;
 use std::str::FromStr;
 

@@ -1,0 +1,162 @@
+//! AWS plumbing: how icestage reaches AWS for one catalog (region,
+//! endpoints, identity), SDK configs, file-IO properties and STS
+//! `AssumeRole`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_credential_types::Credentials;
+use chrono::{DateTime, Utc};
+
+use crate::error::{Error, Result};
+use crate::secret::Secret;
+
+/// Catalog config key: AWS region.
+pub const PROP_REGION: &str = "region";
+/// Catalog config key: the S3 endpoint for data files (an emulator, say).
+pub const PROP_S3_ENDPOINT: &str = "s3.endpoint";
+/// Catalog config key: the STS endpoint.
+pub const PROP_STS_ENDPOINT: &str = "sts.endpoint";
+/// Catalog config key: the service's access key id (else the default chain).
+pub const PROP_ACCESS_KEY_ID: &str = "access_key_id";
+/// Catalog config key: the service's secret access key.
+pub const PROP_SECRET_ACCESS_KEY: &str = "secret_access_key";
+/// Catalog config key: the service's session token.
+pub const PROP_SESSION_TOKEN: &str = "session_token";
+/// Catalog config key: the role `vend_credentials` assumes.
+pub const PROP_ROLE_ARN: &str = "role_arn";
+/// Catalog config key: the external id to pass when assuming the role.
+pub const PROP_EXTERNAL_ID: &str = "external_id";
+
+/// How icestage reaches AWS for one catalog.
+#[derive(Debug, Clone)]
+pub(crate) struct AwsSettings {
+    pub(crate) region: String,
+    pub(crate) s3_endpoint: Option<String>,
+    pub(crate) sts_endpoint: Option<String>,
+    pub(crate) access_key_id: Option<String>,
+    pub(crate) secret_access_key: Option<Secret>,
+    pub(crate) session_token: Option<Secret>,
+    pub(crate) role_arn: Option<String>,
+    pub(crate) external_id: Option<String>,
+}
+
+impl AwsSettings {
+    /// Reads the AWS keys of a catalog's `[catalogs.config]`.
+    pub(crate) fn from_config(config: &BTreeMap<String, String>) -> Self {
+        let get = |key: &str| config.get(key).filter(|v| !v.is_empty()).cloned();
+        Self {
+            region: get(PROP_REGION).unwrap_or_else(|| "us-east-1".to_string()),
+            s3_endpoint: get(PROP_S3_ENDPOINT),
+            sts_endpoint: get(PROP_STS_ENDPOINT),
+            access_key_id: get(PROP_ACCESS_KEY_ID),
+            secret_access_key: get(PROP_SECRET_ACCESS_KEY).map(Secret::new),
+            session_token: get(PROP_SESSION_TOKEN).map(Secret::new),
+            role_arn: get(PROP_ROLE_ARN),
+            external_id: get(PROP_EXTERNAL_ID),
+        }
+    }
+
+    /// The properties iceberg's S3 `FileIO` takes for these settings.
+    pub(crate) fn file_io_properties(&self) -> HashMap<String, String> {
+        let mut props = HashMap::from([("s3.region".to_string(), self.region.clone())]);
+        if let Some(endpoint) = &self.s3_endpoint {
+            props.insert("s3.endpoint".to_string(), endpoint.clone());
+            props.insert("s3.path-style-access".to_string(), "true".to_string());
+        }
+        if let (Some(key), Some(secret)) = (&self.access_key_id, &self.secret_access_key) {
+            props.insert("s3.access-key-id".to_string(), key.clone());
+            props.insert(
+                "s3.secret-access-key".to_string(),
+                secret.expose().to_string(),
+            );
+            if let Some(token) = &self.session_token {
+                props.insert("s3.session-token".to_string(), token.expose().to_string());
+            }
+        }
+        props
+    }
+
+    /// An AWS SDK config: these credentials (or the default chain), this
+    /// region, and `endpoint` when given.
+    pub(crate) async fn sdk_config(&self, endpoint: Option<&str>) -> SdkConfig {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(self.region.clone()));
+        if let Some(endpoint) = endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        if let (Some(key), Some(secret)) = (&self.access_key_id, &self.secret_access_key) {
+            loader = loader.credentials_provider(Credentials::new(
+                key,
+                secret.expose(),
+                self.session_token.as_ref().map(|t| t.expose().to_string()),
+                None,
+                "icestage catalog config",
+            ));
+        }
+        loader.load().await
+    }
+}
+
+/// Credentials STS returned.
+#[derive(Debug, Clone)]
+pub(crate) struct VendedCredentials {
+    pub(crate) access_key_id: String,
+    pub(crate) secret_access_key: Secret,
+    pub(crate) session_token: Secret,
+    pub(crate) expiration: DateTime<Utc>,
+}
+
+/// STS's bounds on a role session's duration.
+pub(crate) const MIN_DURATION: Duration = Duration::from_secs(15 * 60);
+/// See [`MIN_DURATION`].
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(12 * 3600);
+
+/// `sts:AssumeRole` into the configured role with `policy` as the session
+/// policy: the returned credentials can do at most what the policy allows.
+pub(crate) async fn assume_role(
+    settings: &AwsSettings,
+    catalog: &str,
+    session_name: &str,
+    policy: &str,
+    duration: Duration,
+) -> Result<VendedCredentials> {
+    let role_arn = settings.role_arn.as_ref().ok_or_else(|| {
+        Error::Config(format!(
+            "catalog '{catalog}' has no role_arn: vend_credentials assumes that role with a session \
+             policy for one table; add role_arn (and external_id if its trust policy asks) to [catalogs.config]"
+        ))
+    })?;
+    let config = settings.sdk_config(settings.sts_endpoint.as_deref()).await;
+    let client = aws_sdk_sts::Client::new(&config);
+    let mut request = client
+        .assume_role()
+        .role_arn(role_arn)
+        .role_session_name(session_name)
+        .policy(policy)
+        .duration_seconds(duration.as_secs() as i32);
+    if let Some(external_id) = &settings.external_id {
+        request = request.external_id(external_id);
+    }
+    let response = request.send().await.map_err(|e| {
+        Error::invalid(format!(
+            "sts:AssumeRole of {role_arn} for catalog '{catalog}' failed: {}; check that the service \
+             identity may assume the role and that its trust policy names the external id",
+            aws_sdk_sts::error::DisplayErrorContext(&e)
+        ))
+    })?;
+    let credentials = response.credentials().ok_or_else(|| {
+        Error::invalid(format!(
+            "sts:AssumeRole of {role_arn} returned no credentials"
+        ))
+    })?;
+    let expiration = credentials.expiration();
+    Ok(VendedCredentials {
+        access_key_id: credentials.access_key_id().to_string(),
+        secret_access_key: Secret::new(credentials.secret_access_key()),
+        session_token: Secret::new(credentials.session_token()),
+        expiration: DateTime::from_timestamp(expiration.secs(), expiration.subsec_nanos())
+            .unwrap_or_default(),
+    })
+}
