@@ -51,6 +51,28 @@ fn unexpected(message: String) -> iceberg::Error {
     iceberg::Error::new(ErrorKind::Unexpected, message)
 }
 
+/// S3 Tables' `GetTable` for `table`: its metadata location, the version
+/// token of that location, and its storage.
+async fn get_table(
+    client: &aws_sdk_s3tables::Client,
+    bucket_arn: &str,
+    table: &TableIdent,
+) -> iceberg::Result<aws_sdk_s3tables::operation::get_table::GetTableOutput> {
+    client
+        .get_table()
+        .table_bucket_arn(bucket_arn)
+        .namespace(table.namespace().to_url_string())
+        .name(table.name())
+        .send()
+        .await
+        .map_err(|e| {
+            unexpected(format!(
+                "cannot read {table} from S3 Tables: {}",
+                aws_sdk_s3tables::error::DisplayErrorContext(&e)
+            ))
+        })
+}
+
 impl PointerStore {
     /// The SQL catalog `catalog_name` at `uri`: SQLite only (the one SQL
     /// driver icestage builds with).
@@ -100,19 +122,7 @@ impl PointerStore {
             }
             Self::S3Tables { client, bucket_arn } => {
                 let namespace = table.namespace().to_url_string();
-                let current = client
-                    .get_table()
-                    .table_bucket_arn(bucket_arn)
-                    .namespace(&namespace)
-                    .name(table.name())
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        unexpected(format!(
-                            "cannot read the metadata location of {table}: {}",
-                            aws_sdk_s3tables::error::DisplayErrorContext(&e)
-                        ))
-                    })?;
+                let current = get_table(client, bucket_arn, table).await?;
                 if current.metadata_location() != Some(expected) {
                     return Ok(false);
                 }
@@ -159,19 +169,7 @@ impl PointerStore {
     ) -> iceberg::Result<Option<String>> {
         match self {
             Self::S3Tables { client, bucket_arn } => {
-                let current = client
-                    .get_table()
-                    .table_bucket_arn(bucket_arn)
-                    .namespace(table.namespace().to_url_string())
-                    .name(table.name())
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        unexpected(format!(
-                            "cannot read the storage location of {table}: {}",
-                            aws_sdk_s3tables::error::DisplayErrorContext(&e)
-                        ))
-                    })?;
+                let current = get_table(client, bucket_arn, table).await?;
                 Ok(Some(current.warehouse_location().to_string()))
             }
             _ => Ok(None),

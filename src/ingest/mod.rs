@@ -15,21 +15,11 @@ pub(crate) mod source;
 
 pub use options::{Compression, Format, SourceOptions};
 
-/// The options `COPY INTO` takes.
-pub(crate) const COPY_OPTIONS: &[&str] = &[
-    "format",
-    "files",
-    "all_files",
-    "header",
-    "delimiter",
-    "schema",
-    "region",
-    "endpoint",
-    "sts_endpoint",
-    "access_key_id",
-    "secret_access_key",
-    "session_token",
-    "role_arn",
-    "external_id",
-    "force",
-];
+/// The options `COPY INTO` takes: those of `read_s3_prefix`, and `force`.
+pub(crate) fn copy_options() -> Vec<&'static str> {
+    options::READ_OPTIONS
+        .iter()
+        .copied()
+        .chain(["force"])
+        .collect()
+}

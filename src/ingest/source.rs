@@ -476,65 +476,6 @@ fn parent_uri(uri: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn denied_access_names_the_bucket_and_the_identity() {
-        let access = Access {
-            location: Location::S3 {
-                bucket: "private".into(),
-                prefix: "in/".into(),
-            },
-            store: Arc::new(LocalFileSystem::new()),
-            store_url: Url::parse("s3://private").unwrap(),
-            identity: "access key AKIAREADER".into(),
-            sdk: None,
-        };
-        let error = access.storage_error(object_store::Error::PermissionDenied {
-            path: "in/".into(),
-            source: "403 Forbidden".into(),
-        });
-        assert_eq!(
-            error.to_string(),
-            "access to bucket 'private' was denied for access key AKIAREADER: grant it s3:ListBucket and \
-             s3:GetObject there, or pass other credentials"
-        );
-    }
-
-    #[test]
-    fn uris() {
-        assert_eq!(
-            Location::parse("s3a://b/in/").unwrap(),
-            Location::S3 {
-                bucket: "b".into(),
-                prefix: "in/".into()
-            }
-        );
-        assert_eq!(
-            Location::parse("s3://").unwrap(),
-            Location::S3 {
-                bucket: "".into(),
-                prefix: "".into()
-            }
-        );
-        assert!(
-            Location::parse("gs://b/x")
-                .unwrap_err()
-                .to_string()
-                .contains("is not an s3://, s3a:// or file:// URI")
-        );
-        assert_eq!(
-            Location::parse("data/in/").unwrap(),
-            Location::Local {
-                path: std::env::current_dir().unwrap().join("data/in/")
-            }
-        );
-        assert_eq!(parent_uri("s3://b/in/"), "s3://b/");
-    }
-}
-
 /// The buckets the credentials of `sdk` can list (S3 `ListBuckets`, signed
 /// with SigV4), with their creation times: `list_s3('s3://')`. One signed
 /// GET, so that listing buckets does not need the whole S3 SDK.
@@ -631,4 +572,63 @@ fn xml_values(xml: &str, tag: &str) -> Vec<String> {
         rest = &rest[end + close.len()..];
     }
     values
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denied_access_names_the_bucket_and_the_identity() {
+        let access = Access {
+            location: Location::S3 {
+                bucket: "private".into(),
+                prefix: "in/".into(),
+            },
+            store: Arc::new(LocalFileSystem::new()),
+            store_url: Url::parse("s3://private").unwrap(),
+            identity: "access key AKIAREADER".into(),
+            sdk: None,
+        };
+        let error = access.storage_error(object_store::Error::PermissionDenied {
+            path: "in/".into(),
+            source: "403 Forbidden".into(),
+        });
+        assert_eq!(
+            error.to_string(),
+            "access to bucket 'private' was denied for access key AKIAREADER: grant it s3:ListBucket and \
+             s3:GetObject there, or pass other credentials"
+        );
+    }
+
+    #[test]
+    fn uris() {
+        assert_eq!(
+            Location::parse("s3a://b/in/").unwrap(),
+            Location::S3 {
+                bucket: "b".into(),
+                prefix: "in/".into()
+            }
+        );
+        assert_eq!(
+            Location::parse("s3://").unwrap(),
+            Location::S3 {
+                bucket: "".into(),
+                prefix: "".into()
+            }
+        );
+        assert!(
+            Location::parse("gs://b/x")
+                .unwrap_err()
+                .to_string()
+                .contains("is not an s3://, s3a:// or file:// URI")
+        );
+        assert_eq!(
+            Location::parse("data/in/").unwrap(),
+            Location::Local {
+                path: std::env::current_dir().unwrap().join("data/in/")
+            }
+        );
+        assert_eq!(parent_uri("s3://b/in/"), "s3://b/");
+    }
 }

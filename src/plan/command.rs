@@ -236,7 +236,7 @@ impl Command {
                 let options = crate::ingest::SourceOptions::from_pairs(
                     "COPY INTO",
                     options,
-                    crate::ingest::COPY_OPTIONS,
+                    &crate::ingest::copy_options(),
                 )?;
                 crate::ingest::copy_into::copy_into(&ctx, catalog, table, uri, &options).await?
             }

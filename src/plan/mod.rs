@@ -163,7 +163,7 @@ async fn plan_statement(
             crate::ingest::SourceOptions::from_pairs(
                 "COPY INTO",
                 &options,
-                crate::ingest::COPY_OPTIONS,
+                &crate::ingest::copy_options(),
             )?;
             let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
             command_plan(Command::CopyInto {

@@ -285,7 +285,9 @@ fn string_bounds<O: datafusion::arrow::array::OffsetSizeTrait>(
     let offsets = array.value_offsets();
     let values = array.value_data();
     let nulls = array.nulls();
-    let mut bounds: Option<((&[u8], u64), (&[u8], u64))> = None;
+    // (least, greatest), each with its prefix.
+    type Bound<'a> = (&'a [u8], u64);
+    let mut bounds: Option<(Bound<'_>, Bound<'_>)> = None;
     for row in 0..array.len() {
         if nulls.is_some_and(|n| n.is_null(row)) {
             continue;

@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.catalog import load_catalog
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
@@ -32,10 +31,7 @@ from pyiceberg.io.pyarrow import (
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
-
-def catalog(connection: str):
-    props = json.loads(connection)
-    return load_catalog(props.pop("name"), **props)
+from pyiceberg_client import catalog
 
 
 def arrow_schema(table) -> pa.Schema:
