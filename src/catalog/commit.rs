@@ -238,3 +238,94 @@ pub(crate) async fn swap_properties(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use iceberg::{NamespaceIdent, TableIdent};
+
+    use super::*;
+    use crate::config::IcestageConfig;
+
+    async fn embedded(dir: &std::path::Path) -> (IcebergCatalog, Table) {
+        let config = IcestageConfig::embedded(dir).unwrap();
+        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
+        let ident = TableIdent::new(NamespaceIdent::new("s".into()), "t".into());
+        let table = catalog
+            .table_or_create(&ident, || {
+                Ok(Schema::builder()
+                    .with_fields(vec![Arc::new(NestedField::required(
+                        1,
+                        "id",
+                        Type::Primitive(PrimitiveType::Long),
+                    ))])
+                    .build()?)
+            })
+            .await
+            .unwrap();
+        (catalog, table)
+    }
+
+    fn unset(key: &'static str) -> impl Fn(&HashMap<String, String>) -> bool + Send + Sync {
+        move |props: &HashMap<String, String>| !props.contains_key(key)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_swap_lands_only_on_the_version_it_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, table) = embedded(dir.path()).await;
+        let checked = table.metadata_location().unwrap().to_string();
+
+        // Two callers saw the same version; the first wins.
+        let props = |v: &str| HashMap::from([("k".to_string(), v.to_string())]);
+        let first = swap_properties(&catalog, &table, "k", unset("k"), props("a"))
+            .await
+            .unwrap();
+        assert!(matches!(first, Swap::Done(_)), "{first:?}");
+        // The second, holding the stale table, is checked again on the
+        // version it would land on, and refused with what it found.
+        let second = swap_properties(&catalog, &table, "k", unset("k"), props("b"))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&second, Swap::Refused(now) if now == "a"),
+            "{second:?}"
+        );
+
+        // The pointer moves only from the location the caller names.
+        let ident = table.identifier();
+        assert!(
+            !catalog
+                .pointers()
+                .swap(ident, &checked, "file:///nowhere.metadata.json")
+                .await
+                .unwrap()
+        );
+        let now = catalog.catalog().load_table(ident).await.unwrap();
+        assert_eq!(
+            now.metadata().properties().get("k").map(String::as_str),
+            Some("a")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_with_evidence_commits_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, table) = embedded(dir.path()).await;
+        let (first, committed) = append_once(&catalog, &table, vec![], "upload-id", "u1")
+            .await
+            .unwrap();
+        assert!(committed);
+        // Again with the stale table: the evidence is found, nothing is added.
+        let (again, committed) = append_once(&catalog, &table, vec![], "upload-id", "u1")
+            .await
+            .unwrap();
+        assert_eq!((again, committed), (first, false));
+        let now = catalog
+            .catalog()
+            .load_table(table.identifier())
+            .await
+            .unwrap();
+        assert_eq!(now.metadata().snapshots().count(), 1);
+    }
+}
