@@ -24,14 +24,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.io.pyarrow import (
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-)
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-
-from pyiceberg_client import catalog
+from pyiceberg_client import catalog, data_file, register
 
 
 def arrow_schema(table) -> pa.Schema:
@@ -65,39 +58,6 @@ def write_file(table, rows: list[dict]) -> str:
     with table.io.new_output(path).create() as out:
         pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(table)), out)
     return path
-
-
-def data_file(table, path: str, **overrides) -> DataFile:
-    """The data file PyIceberg would register for `path`, with `overrides`
-    replacing its statistics (the lie)."""
-    schema = table.schema()
-    metadata = pq.read_metadata(table.io.new_input(path).open())
-    stats = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=metadata,
-        stats_columns=compute_statistics_plan(schema, table.metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema),
-    )
-    serialized = stats.to_serialized_dict()
-    for key, value in overrides.items():
-        serialized[key].update(value) if isinstance(value, dict) else serialized.__setitem__(key, value)
-    return DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path=path,
-        file_format=FileFormat.PARQUET,
-        partition=stats.partition(table.metadata.spec(), schema),
-        file_size_in_bytes=len(table.io.new_input(path)),
-        sort_order_id=None,
-        spec_id=table.metadata.default_spec_id,
-        equality_ids=None,
-        key_metadata=None,
-        **serialized,
-    )
-
-
-def register(table, data: DataFile) -> None:
-    with table.transaction() as tx:
-        with tx.update_snapshot().fast_append() as append:
-            append.append_data_file(data)
 
 
 def lying_nulls(connection: str, staging: str, column: str) -> None:

@@ -108,6 +108,39 @@ def retype(connection: str, table: str, column: str) -> None:
     print(json.dumps({"retyped": column}))
 
 
+def data_file(table, path: str, **overrides) -> DataFile:
+    """The data file PyIceberg would register for `path`, with `overrides`
+    replacing its statistics (the lie)."""
+    schema = table.schema()
+    metadata = pq.read_metadata(table.io.new_input(path).open())
+    stats = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=metadata,
+        stats_columns=compute_statistics_plan(schema, table.metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    serialized = stats.to_serialized_dict()
+    for key, value in overrides.items():
+        serialized[key].update(value) if isinstance(value, dict) else serialized.__setitem__(key, value)
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=stats.partition(table.metadata.spec(), schema),
+        file_size_in_bytes=len(table.io.new_input(path)),
+        sort_order_id=None,
+        spec_id=table.metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **serialized,
+    )
+
+
+def register(table, data: DataFile) -> None:
+    with table.transaction() as tx:
+        with tx.update_snapshot().fast_append() as append:
+            append.append_data_file(data)
+
+
 def rogue_nulls(connection: str, table: str, column: str) -> None:
     """Adds a file holding a NULL in a required column, as a writer that does
     not check nullability would (Spark with check-nullability disabled)."""
@@ -126,27 +159,7 @@ def rogue_nulls(connection: str, table: str, column: str) -> None:
     path = f"{t.location()}/data/rogue-{next(tempfile._get_candidate_names())}.parquet"
     with t.io.new_output(path).create() as out:
         pq.write_table(pa.Table.from_pylist([row], schema=arrow_schema), out)
-    metadata = pq.read_metadata(t.io.new_input(path).open())
-    stats = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=metadata,
-        stats_columns=compute_statistics_plan(schema, t.metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema),
-    )
-    data_file = DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path=path,
-        file_format=FileFormat.PARQUET,
-        partition=stats.partition(t.metadata.spec(), schema),
-        file_size_in_bytes=len(t.io.new_input(path)),
-        sort_order_id=None,
-        spec_id=t.metadata.default_spec_id,
-        equality_ids=None,
-        key_metadata=None,
-        **stats.to_serialized_dict(),
-    )
-    with t.transaction() as tx:
-        with tx.update_snapshot().fast_append() as append_files:
-            append_files.append_data_file(data_file)
+    register(t, data_file(t, path))
     print(json.dumps({"rogue_file": path}))
 
 
