@@ -99,7 +99,23 @@ impl AppState {
         let id = id.to_string();
         // Kept, so that a shutdown waits for it (see `serve`).
         let task = tokio::spawn(async move {
-            let _ = state.run(&format!("PROMOTE UPLOAD '{id}'")).await;
+            // A promotion that failed on the catalog or storage (not on the
+            // upload's content) is tried again: the client already has its
+            // 202. A claim left behind by a failure lapses with its lease and
+            // the retry takes it over.
+            let mut pause = Duration::from_secs(1);
+            for _ in 0..5 {
+                match state.run(&format!("PROMOTE UPLOAD '{id}'")).await {
+                    Err(e)
+                        if e.status == StatusCode::BAD_GATEWAY
+                            || e.status == StatusCode::INTERNAL_SERVER_ERROR =>
+                    {
+                        tokio::time::sleep(pause).await;
+                        pause *= 2;
+                    }
+                    _ => break,
+                }
+            }
             state.0.promoting.lock().expect("promoting").remove(&id);
         });
         self.0.icestage.keep_background(task);
