@@ -53,6 +53,25 @@ fn retry(error: &iceberg::Error, attempt: u32) -> bool {
         && (error.retryable() || error.kind() == iceberg::ErrorKind::CatalogCommitConflicts)
 }
 
+/// Runs `attempt` until it succeeds, fails for good, or has conflicted
+/// [`MAX_COMMIT_ATTEMPTS`] times, pausing with jitter between tries.
+async fn retrying<T, F, Fut>(mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut tries = 0u32;
+    loop {
+        match attempt().await {
+            Err(Error::Iceberg(e)) if retry(&e, tries) => {
+                tries += 1;
+                tokio::time::sleep(jitter(tries)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
 /// One snapshot appending `files` to `base`, with `properties` in its
 /// summary. It skips iceberg's duplicate-file check, which reads every
 /// manifest of the table on each attempt: the callers' files are new.
@@ -80,20 +99,13 @@ pub(crate) async fn append_files(
     // Commits of this process to one table take turns; other processes are
     // met by retries.
     let _turn = catalog.exclusive(&table.identifier().to_string()).await;
-    let mut attempt = 0u32;
-    loop {
-        match append(table, &files, HashMap::new())?
+    retrying(|| async {
+        append(table, &files, HashMap::new())?
             .commit(catalog.catalog().as_ref())
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(e) if retry(&e, attempt) => {
-                attempt += 1;
-                tokio::time::sleep(jitter(attempt)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+            .await?;
+        Ok(())
+    })
+    .await
 }
 
 /// A count that the summary of `snapshot` holds (`total-records`,
@@ -215,28 +227,21 @@ pub(crate) async fn swap_properties(
     let guarded = ScopedCatalog::new(Arc::clone(catalog.catalog()))
         .check_on_load(check)
         .exact(catalog.pointers().clone());
-    let mut attempt = 0u32;
-    loop {
+    retrying(|| async {
         let tx = Transaction::new(table);
         let mut action = tx.update_table_properties();
         for (key, value) in &properties {
             action = action.set(key.clone(), value.clone());
         }
-        let tx = action.apply(tx)?;
-        match tx.commit(&guarded).await {
-            Ok(table) => return Ok(Swap::Done(table)),
-            Err(e) if e.message().starts_with(CONDITION_FAILED) => {
-                return Ok(Swap::Refused(
-                    e.message().trim_start_matches(CONDITION_FAILED).to_string(),
-                ));
-            }
-            Err(e) if retry(&e, attempt) => {
-                attempt += 1;
-                tokio::time::sleep(jitter(attempt)).await;
-            }
-            Err(e) => return Err(e.into()),
+        match action.apply(tx)?.commit(&guarded).await {
+            Ok(table) => Ok(Swap::Done(table)),
+            Err(e) if e.message().starts_with(CONDITION_FAILED) => Ok(Swap::Refused(
+                e.message().trim_start_matches(CONDITION_FAILED).to_string(),
+            )),
+            Err(e) => Err(e.into()),
         }
-    }
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -65,7 +65,9 @@ pub const PROP_CLAIM_LEASE: &str = "icestage.claim-lease-seconds";
 /// True when the staging properties `props` hold a promotion claim that is
 /// still alive at `now` (renewed within its lease).
 pub(crate) fn claim_alive(props: &HashMap<String, String>, now: DateTime<Utc>) -> bool {
-    let held = props.get(PROP_STATE).is_some_and(|s| s == "promoting");
+    let held = props
+        .get(PROP_STATE)
+        .is_some_and(|s| s == UploadState::Promoting.as_str());
     let lease = props
         .get(PROP_CLAIM_LEASE)
         .and_then(|v| v.parse::<i64>().ok())
@@ -371,7 +373,7 @@ impl Staging {
                 if !allowed.contains(state) {
                     return false;
                 }
-                state != "promoting"
+                state != UploadState::Promoting.as_str()
                     || props.get(PROP_CLAIM) == held.as_ref()
                     || !claim_alive(props, Utc::now())
             },
@@ -388,7 +390,7 @@ impl Staging {
             }
             Swap::Refused(now) => Err(Error::UploadState {
                 id: self.id.to_string(),
-                hint: if now == "promoting" {
+                hint: if now == UploadState::Promoting.as_str() {
                     format!(
                         "a PROMOTE UPLOAD in another process holds it; wait for it to finish \
                          (SELECT * FROM upload_status('{}')), or for its claim to lapse",
@@ -423,7 +425,9 @@ impl Staging {
                     &current,
                     PROP_STATE,
                     move |props| {
-                        props.get(PROP_STATE).is_some_and(|s| s == "promoting")
+                        props
+                            .get(PROP_STATE)
+                            .is_some_and(|s| s == UploadState::Promoting.as_str())
                             && props.get(PROP_CLAIM) == Some(&token)
                     },
                     HashMap::from([(PROP_CLAIMED_AT.to_string(), Utc::now().to_rfc3339())]),

@@ -240,7 +240,7 @@ async fn verify_bytes(
         .iter()
         .map(|c| {
             let expr = ctx.parse_sql_expr(&c.predicate, &schema)?;
-            Ok((
+            Ok(super::verify::Check::new(
                 c.name.clone(),
                 c.predicate.clone(),
                 ctx.create_physical_expr(expr, &schema)?,

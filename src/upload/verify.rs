@@ -55,6 +55,32 @@ const ROW_GROUPS_PER_CHUNK: usize = 1;
 /// truncates bounds; leaving one out only costs pruning, never correctness).
 const MAX_STRING_BOUND: usize = 64;
 
+/// One CHECK rule as verification evaluates it.
+pub(crate) struct Check {
+    pub(crate) name: String,
+    pub(crate) predicate: String,
+    pub(crate) expr: Arc<dyn PhysicalExpr>,
+    /// The columns it reads, sorted, for findings.
+    pub(crate) columns: Vec<String>,
+}
+
+impl Check {
+    pub(crate) fn new(name: String, predicate: String, expr: Arc<dyn PhysicalExpr>) -> Self {
+        let mut columns: Vec<String> = datafusion::physical_expr::utils::collect_columns(&expr)
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect();
+        columns.sort();
+        columns.dedup();
+        Self {
+            name,
+            predicate,
+            expr,
+            columns,
+        }
+    }
+}
+
 /// What to read and prove, shared by every chunk.
 pub(crate) struct Plan {
     /// The target's schema; batches are conformed to it.
@@ -68,9 +94,8 @@ pub(crate) struct Plan {
     pub(crate) splitter: Option<Arc<RecordBatchPartitionSplitter>>,
     /// The target's default partition spec id.
     pub(crate) spec_id: i32,
-    /// The CHECK rules: name, predicate text, compiled expression over the
-    /// conformed batch.
-    pub(crate) checks: Vec<(String, String, Arc<dyn PhysicalExpr>)>,
+    /// The CHECK rules, compiled against the conformed batch.
+    pub(crate) checks: Vec<Check>,
     /// Columns that identify a row in findings (the first UNIQUE key).
     pub(crate) key: Vec<String>,
 }
@@ -82,7 +107,7 @@ impl Plan {
         target: &Table,
         staging: &Schema,
         matching: Matching,
-        checks: Vec<(String, String, Arc<dyn PhysicalExpr>)>,
+        checks: Vec<Check>,
         key: Vec<String>,
     ) -> Result<Self> {
         let metadata = target.metadata();
@@ -642,19 +667,16 @@ fn evaluate(
         return Ok(());
     }
     let key_columns = named(batch, &plan.key)?;
-    for (name, predicate, expr) in &plan.checks {
+    for Check {
+        name,
+        predicate,
+        expr,
+        columns,
+    } in &plan.checks
+    {
         let result = expr.evaluate(batch)?.into_array(batch.num_rows())?;
         let result = result.as_boolean();
-        let referenced: Vec<String> = {
-            let mut names: Vec<String> = datafusion::physical_expr::utils::collect_columns(expr)
-                .iter()
-                .map(|c| c.name().to_string())
-                .collect();
-            names.sort();
-            names.dedup();
-            names
-        };
-        let values = named(batch, &referenced)?;
+        let values = named(batch, columns)?;
         let count = read.violations.entry(name.clone()).or_default();
         for row in 0..batch.num_rows() {
             if !result.is_valid(row) || result.value(row) {
