@@ -27,45 +27,83 @@ extensions_options! {
         pub download_ttl: Ttl, default = Ttl::default()
 
         /// The longest time to live an upload or download may ask for.
-        pub max_ttl: Ttl, default = Ttl("7d".to_string())
+        pub max_ttl: Ttl, default = Ttl::written("7d")
 
         /// How long a promotion's claim holds: a `promoting` upload whose claim
         /// is older can be taken over by `ABORT UPLOAD` and `EXPIRE STAGING`.
-        pub promotion_lease: Ttl, default = Ttl("60s".to_string())
+        pub promotion_lease: Ttl, default = Ttl::written("60s")
     }
 }
 
-/// A time to live such as `24h`; setting it checks the value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ttl(String);
+/// A duration as the user wrote it (`24h`, `90s`), parsed once: session
+/// options, `WITH (ttl = ...)` and the Rust API's time-to-live arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Ttl {
+    text: String,
+    duration: Duration,
+}
 
 impl Default for Ttl {
     fn default() -> Self {
-        Self("24h".to_string())
+        Self::written("24h")
     }
 }
 
 impl Ttl {
+    /// Parses a duration such as `30m`, `24h` or `7d` (see [`parse_duration`]).
+    pub fn parse(text: &str) -> Result<Self> {
+        Ok(Self {
+            duration: parse_duration(text)?,
+            text: text.trim().to_string(),
+        })
+    }
+
+    /// A default written in the code.
+    fn written(text: &str) -> Self {
+        Self::parse(text).expect("a valid default duration")
+    }
+
     /// The value as written.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
+    }
+
+    /// The value.
+    pub fn duration(&self) -> Duration {
+        self.duration
+    }
+}
+
+impl From<Duration> for Ttl {
+    fn from(duration: Duration) -> Self {
+        Self {
+            text: format_duration(duration),
+            duration,
+        }
+    }
+}
+
+impl std::str::FromStr for Ttl {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        Self::parse(text)
     }
 }
 
 impl std::fmt::Display for Ttl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.text)
     }
 }
 
 impl ConfigField for Ttl {
     fn visit<V: Visit>(&self, v: &mut V, key: &str, description: &'static str) {
-        v.some(key, &self.0, description)
+        v.some(key, &self.text, description)
     }
 
     fn set(&mut self, _key: &str, value: &str) -> datafusion::error::Result<()> {
-        parse_duration(value)?;
-        self.0 = value.to_string();
+        *self = Self::parse(value)?;
         Ok(())
     }
 
@@ -264,8 +302,8 @@ const MAX_DURATION_SECS: u64 = 100 * 365 * 86_400;
 
 /// `ttl` if it is at most `max` (the `max_ttl` option); an error naming both
 /// otherwise. `what` names the session kind (`upload`, `download`).
-pub(crate) fn bounded_ttl(ttl: &str, max: &str, what: &str) -> Result<Duration> {
-    let (value, limit) = (parse_duration(ttl)?, parse_duration(max)?);
+pub(crate) fn bounded_ttl(ttl: &Ttl, max: &Ttl, what: &str) -> Result<Duration> {
+    let (value, limit) = (ttl.duration(), max.duration());
     if value > limit {
         return Err(Error::invalid(format!(
             "{what} ttl '{ttl}' is longer than the maximum of '{max}': ask for at most '{max}', \

@@ -4,16 +4,24 @@
 //! that were interrupted.
 
 use chrono::Utc;
-use datafusion::arrow::array::RecordBatch;
 
 use crate::error::Result;
-use crate::rows::{Value, batch, expire_schema};
+use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::upload::abort::discard;
 use crate::upload::promote::{load_target, promote};
 use crate::upload::{UploadState, list_staging, promoted_snapshot};
 
-pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<RecordBatch> {
+result_row! {
+    /// What `EXPIRE STAGING` removed.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct StagingExpired {
+        /// Staging and download tables removed.
+        pub tables_removed: i64,
+    }
+}
+
+pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<StagingExpired> {
     let now = Utc::now();
     let mut removed = 0i64;
     for catalog in ctx.icestage.catalogs() {
@@ -56,5 +64,7 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<RecordBatch> 
         }
     }
     removed += crate::download::status::expire(&ctx.icestage).await?;
-    batch(expire_schema(), &[vec![Value::from(removed)]])
+    Ok(StagingExpired {
+        tables_removed: removed,
+    })
 }

@@ -2,6 +2,7 @@
 #![deny(clippy::clone_on_ref_ptr)]
 #![warn(missing_docs)]
 
+mod api;
 mod aws;
 mod catalog;
 mod config;
@@ -22,6 +23,7 @@ pub mod sql;
 mod tables;
 mod upload;
 
+pub use api::Operations;
 pub use catalog::IcebergCatalog;
 pub use catalog::Icestage;
 pub use config::{
@@ -30,12 +32,24 @@ pub use config::{
 };
 pub use context::{execute_statement, register, sql};
 pub use credentials::AccessMode;
+pub use credentials::vend::SessionCredentials;
+pub use download::create::{DownloadOpened, DownloadOptions};
+pub use download::status::{DownloadDropped, DownloadStatus};
 pub use download::{DownloadId, DownloadState};
 pub use error::{Error, ErrorKind, Result, error_message};
+pub use expiry::StagingExpired;
+pub use ingest::copy_into::CopyReport;
 pub use ingest::{Compression, Format, SourceOptions};
 pub use progress::{Progress, ProgressSink};
+pub use rows::ResultRow;
 pub use secret::Secret;
 pub use session::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
+pub use tables::rules::TableConstraint;
+pub use upload::abort::UploadAborted;
+pub use upload::create::{UploadOpened, UploadOptions};
+pub use upload::promote::{PromoteOptions, Promotion, TransferPath};
+pub use upload::status::{UploadFinding, UploadStatus};
+pub use upload::validate::Verify;
 pub use upload::{
     PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID,
     SNAPSHOT_UPLOAD_ID, STAGING_NAMESPACE, UploadId, UploadState,

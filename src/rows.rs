@@ -1,19 +1,21 @@
-//! DataFusion helpers: result rows ([`Value`], [`batch`]), the Arrow
-//! schemas of every statement's result, and small plans ([`one_batch`],
-//! [`project`]). They depend on nothing above the error type.
+//! DataFusion helpers: typed result rows ([`ResultRow`], declared with
+//! `result_row!`; [`Value`] and [`batch`] underneath) and small plans
+//! ([`one_batch`], [`project`]). They depend on nothing above the error and
+//! secret types.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{
-    ArrayRef, Int64Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
+    ArrayRef, BooleanBuilder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
+    TimestampMicrosecondBuilder,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::expressions::Column as ColumnExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -29,6 +31,10 @@ pub(crate) enum Value {
     Int(Option<i64>),
     /// A UTC timestamp, or NULL.
     Time(Option<DateTime<Utc>>),
+    /// A boolean, or NULL.
+    Bool(Option<bool>),
+    /// NULL, in a column of any type.
+    Null,
 }
 
 impl From<&str> for Value {
@@ -85,6 +91,7 @@ pub(crate) fn batch(schema: SchemaRef, rows: &[Vec<Value>]) -> Result<RecordBatc
                 for row in rows {
                     match value(row) {
                         Some(Value::Str(v)) => b.append_option(v),
+                        Some(Value::Null) => b.append_null(),
                         other => return Err(mismatch(other)),
                     }
                 }
@@ -95,6 +102,22 @@ pub(crate) fn batch(schema: SchemaRef, rows: &[Vec<Value>]) -> Result<RecordBatc
                 for row in rows {
                     match value(row) {
                         Some(Value::Int(v)) => b.append_option(v),
+                        Some(Value::Null) => b.append_null(),
+                        other => return Err(mismatch(other)),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            DataType::Int32 => {
+                let mut b = Int32Builder::new();
+                for row in rows {
+                    match value(row) {
+                        Some(Value::Int(v)) => b.append_option(
+                            v.map(i32::try_from)
+                                .transpose()
+                                .map_err(|_| mismatch(value(row)))?,
+                        ),
+                        Some(Value::Null) => b.append_null(),
                         other => return Err(mismatch(other)),
                     }
                 }
@@ -105,6 +128,18 @@ pub(crate) fn batch(schema: SchemaRef, rows: &[Vec<Value>]) -> Result<RecordBatc
                 for row in rows {
                     match value(row) {
                         Some(Value::Time(v)) => b.append_option(v.map(|t| t.timestamp_micros())),
+                        Some(Value::Null) => b.append_null(),
+                        other => return Err(mismatch(other)),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            DataType::Boolean => {
+                let mut b = BooleanBuilder::new();
+                for row in rows {
+                    match value(row) {
+                        Some(Value::Bool(v)) => b.append_option(v),
+                        Some(Value::Null) => b.append_null(),
                         other => return Err(mismatch(other)),
                     }
                 }
@@ -122,14 +157,6 @@ pub(crate) fn batch(schema: SchemaRef, rows: &[Vec<Value>]) -> Result<RecordBatc
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
-fn utf8(name: &str, nullable: bool) -> Field {
-    Field::new(name, DataType::Utf8, nullable)
-}
-
-fn int64(name: &str) -> Field {
-    Field::new(name, DataType::Int64, true)
-}
-
 /// The timestamp type of icestage's result columns.
 pub(crate) fn timestamp_type() -> DataType {
     DataType::Timestamp(
@@ -138,163 +165,146 @@ pub(crate) fn timestamp_type() -> DataType {
     )
 }
 
-fn timestamp(name: &str) -> Field {
-    Field::new(name, timestamp_type(), true)
+/// The row an icestage operation answers: a statement's result, a table
+/// function's row, an HTTP endpoint's body. Each implementation is declared
+/// with `result_row!`, which derives the Arrow schema and the row from the
+/// struct's own fields, so the two cannot drift apart.
+pub trait ResultRow: Sized {
+    /// The result's columns: one per field, named and typed as the field.
+    fn schema() -> SchemaRef;
+
+    /// `rows` as one batch of [`ResultRow::schema`].
+    fn to_batch(rows: &[Self]) -> Result<RecordBatch>;
 }
 
-/// The columns of `upload_status(id)` and `uploads()`.
-pub(crate) fn status_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
-        utf8("state", false),
-        utf8("catalog", false),
-        utf8("target_table", false),
-        utf8("staging_table", false),
-        timestamp("created_at"),
-        timestamp("expires_at"),
-        int64("rows"),
-        int64("files"),
-        int64("snapshot_id"),
-        int64("findings"),
-        utf8("message", true),
-        utf8("owner", true),
-    ]))
+/// A Rust type that can be one column of a [`ResultRow`]: its Arrow type and
+/// each value.
+pub(crate) trait Column {
+    /// The column's Arrow type.
+    fn data_type() -> DataType;
+    /// Whether the column may hold NULL (an `Option` field).
+    fn nullable() -> bool {
+        false
+    }
+    /// The field's value.
+    fn value(&self) -> Value;
 }
 
-/// The columns of `upload_findings(id)`.
-pub(crate) fn findings_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
-        utf8("rule", false),
-        utf8("kind", false),
-        utf8("row", false),
-        utf8("file", true),
-        int64("position"),
-        utf8("values", false),
-        utf8("message", false),
-    ]))
+impl Column for String {
+    fn data_type() -> DataType {
+        DataType::Utf8
+    }
+    fn value(&self) -> Value {
+        Value::Str(Some(self.clone()))
+    }
 }
 
-/// The columns of `vend_credentials(id, ...)`.
-pub(crate) fn vend_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("id", false),
-        utf8("mode", false),
-        utf8("table_name", false),
-        utf8("access_key_id", true),
-        utf8("secret_access_key", true),
-        utf8("session_token", true),
-        timestamp("expiration"),
-        utf8("region", false),
-        utf8("connection", false),
-        utf8("catalog_config", false),
-    ]))
+impl Column for i64 {
+    fn data_type() -> DataType {
+        DataType::Int64
+    }
+    fn value(&self) -> Value {
+        Value::Int(Some(*self))
+    }
 }
 
-/// The columns of `CREATE DOWNLOAD`.
-pub(crate) fn create_download_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("download_id", false),
-        utf8("download_table", false),
-        utf8("state", false),
-        timestamp("expires_at"),
-        utf8("catalog", false),
-        utf8("connection", false),
-    ]))
+impl Column for bool {
+    fn data_type() -> DataType {
+        DataType::Boolean
+    }
+    fn value(&self) -> Value {
+        Value::Bool(Some(*self))
+    }
 }
 
-/// The columns of `download_status(id)`, `downloads()` and `wait_download(id)`.
-pub(crate) fn download_status_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("download_id", false),
-        utf8("state", false),
-        utf8("catalog", false),
-        utf8("download_table", false),
-        utf8("sources", false),
-        timestamp("created_at"),
-        timestamp("expires_at"),
-        int64("rows"),
-        int64("files"),
-        int64("snapshot_id"),
-        utf8("message", true),
-        utf8("owner", true),
-    ]))
+impl Column for DateTime<Utc> {
+    fn data_type() -> DataType {
+        timestamp_type()
+    }
+    fn value(&self) -> Value {
+        Value::Time(Some(*self))
+    }
 }
 
-/// The columns of `DROP DOWNLOAD`.
-pub(crate) fn drop_download_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("download_id", false),
-        utf8("state", false),
-    ]))
+impl Column for crate::secret::Secret {
+    fn data_type() -> DataType {
+        DataType::Utf8
+    }
+    fn value(&self) -> Value {
+        Value::Str(Some(self.expose().to_string()))
+    }
 }
 
-/// The columns of `COPY INTO`.
-pub(crate) fn copy_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("files_loaded", DataType::Int64, false),
-        Field::new("files_skipped", DataType::Int64, false),
-        Field::new("files_changed", DataType::Int64, false),
-        Field::new("rows", DataType::Int64, false),
-        int64("snapshot_id"),
-        utf8("table_created", false),
-        utf8("message", false),
-    ]))
+impl<T: Column> Column for Option<T> {
+    fn data_type() -> DataType {
+        T::data_type()
+    }
+    fn nullable() -> bool {
+        true
+    }
+    fn value(&self) -> Value {
+        match self {
+            Some(value) => value.value(),
+            None => Value::Null,
+        }
+    }
 }
 
-/// The columns of `table_constraints(table)`.
-pub(crate) fn constraints_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("table_name", false),
-        utf8("constraint_name", false),
-        utf8("kind", false),
-        utf8("definition", false),
-    ]))
+/// A column type shown by its name: a state, a mode, a path (anything with
+/// `Display`), stored as a string.
+macro_rules! named_column {
+    ($($ty:ty),* $(,)?) => {$(
+        impl $crate::rows::Column for $ty {
+            fn data_type() -> ::datafusion::arrow::datatypes::DataType {
+                ::datafusion::arrow::datatypes::DataType::Utf8
+            }
+            fn value(&self) -> $crate::rows::Value {
+                $crate::rows::Value::Str(Some(self.to_string()))
+            }
+        }
+    )*};
 }
+pub(crate) use named_column;
 
-/// The columns of `CREATE UPLOAD`.
-pub(crate) fn create_upload_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
-        utf8("staging_table", false),
-        utf8("target_table", false),
-        utf8("state", false),
-        timestamp("expires_at"),
-        utf8("catalog", false),
-        utf8("connection", false),
-    ]))
-}
+/// Declares a public result struct and derives its [`ResultRow`]: one
+/// column per field, in order, named as the field, typed by its
+/// [`Column`] type (an `Option` field is a nullable column).
+macro_rules! result_row {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* pub $field:ident : $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[$field_meta])* pub $field: $ty, )*
+        }
 
-/// The columns of `PROMOTE UPLOAD`.
-pub(crate) fn promote_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
-        utf8("state", false),
-        int64("rows"),
-        int64("files"),
-        int64("snapshot_id"),
-        utf8("path", false),
-        int64("findings"),
-        utf8("message", false),
-    ]))
-}
+        impl $crate::rows::ResultRow for $name {
+            fn schema() -> ::datafusion::arrow::datatypes::SchemaRef {
+                ::std::sync::Arc::new(::datafusion::arrow::datatypes::Schema::new(vec![
+                    $( ::datafusion::arrow::datatypes::Field::new(
+                        stringify!($field),
+                        <$ty as $crate::rows::Column>::data_type(),
+                        <$ty as $crate::rows::Column>::nullable(),
+                    ), )*
+                ]))
+            }
 
-/// The columns of `EXPIRE STAGING`.
-pub(crate) fn expire_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new(
-        "tables_removed",
-        DataType::Int64,
-        false,
-    )]))
+            fn to_batch(
+                rows: &[Self],
+            ) -> $crate::error::Result<::datafusion::arrow::array::RecordBatch> {
+                let values: Vec<Vec<$crate::rows::Value>> = rows
+                    .iter()
+                    .map(|row| vec![ $( $crate::rows::Column::value(&row.$field), )* ])
+                    .collect();
+                $crate::rows::batch(<Self as $crate::rows::ResultRow>::schema(), &values)
+            }
+        }
+    };
 }
-
-/// The columns of `ABORT UPLOAD`.
-pub(crate) fn abort_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        utf8("upload_id", false),
-        utf8("state", false),
-    ]))
-}
+pub(crate) use result_row;
 
 /// The stream of partition `partition` of a plan with one output partition
 /// whose one batch `batch` computes.
@@ -328,7 +338,7 @@ pub(crate) fn project(
         .iter()
         .map(|&i| {
             let name = schema.field(i).name().clone();
-            (Arc::new(Column::new(&name, i)) as _, name)
+            (Arc::new(ColumnExpr::new(&name, i)) as _, name)
         })
         .collect();
     Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))

@@ -17,6 +17,14 @@ pub enum AccessMode {
     Read,
 }
 
+crate::rows::named_column!(AccessMode);
+
+impl std::fmt::Display for AccessMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl AccessMode {
     /// Parses `write` / `read`.
     pub fn parse(text: &str) -> Result<Self> {

@@ -11,18 +11,17 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::Utc;
-use datafusion::arrow::array::RecordBatch;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::policy::{AccessMode, pack, s3_prefix_policy, s3tables_policy};
 use crate::aws::{MAX_DURATION, MIN_DURATION, VendedCredentials, assume_role};
 use crate::catalog::{CatalogKind, IcebergCatalog};
-use crate::config::{CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, parse_duration};
+use crate::config::{CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, Ttl};
 use crate::download::{Download, DownloadId, DownloadState, find_download};
 use crate::error::{Error, Result};
-use crate::rows::vend_schema;
-use crate::rows::{Value, batch};
+use crate::rows::result_row;
+use crate::secret::Secret;
 use crate::session::CommandContext;
 use crate::session::log;
 use crate::upload::{Staging, UploadId, UploadState, find_staging};
@@ -31,14 +30,14 @@ use crate::upload::{Staging, UploadId, UploadState, find_staging};
 pub(crate) const DEFAULT_DURATION: Duration = Duration::from_secs(3600);
 
 /// Checks a requested lifetime against STS's bounds.
-pub(crate) fn vend_duration(text: Option<&str>) -> Result<Duration> {
-    let Some(text) = text else {
+pub(crate) fn vend_duration(asked: Option<&Ttl>) -> Result<Duration> {
+    let Some(asked) = asked else {
         return Ok(DEFAULT_DURATION);
     };
-    let duration = parse_duration(text)?;
+    let duration = asked.duration();
     if !(MIN_DURATION..=MAX_DURATION).contains(&duration) {
         return Err(Error::invalid(format!(
-            "credentials cannot last '{text}': STS grants between 15m and 12h (the role's maximum session \
+            "credentials cannot last '{asked}': STS grants between 15m and 12h (the role's maximum session \
              duration may be lower); the default is 1h"
         )));
     }
@@ -266,13 +265,42 @@ fn download_grant(download: Download, mode: Option<AccessMode>) -> Result<Grant>
     })
 }
 
+result_row! {
+    /// Credentials for one session's table: a row of `vend_credentials(id)`.
+    /// With the embedded (local) catalog there are no keys: the connection
+    /// alone reaches the table.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct SessionCredentials {
+        /// The upload or download.
+        pub id: String,
+        /// `write` (append to a staging table) or `read`.
+        pub mode: AccessMode,
+        /// The one table the credentials reach.
+        pub table_name: String,
+        /// The AWS access key id, when the catalog needs one.
+        pub access_key_id: Option<String>,
+        /// Its secret.
+        pub secret_access_key: Option<Secret>,
+        /// Its session token.
+        pub session_token: Option<Secret>,
+        /// When they stop working.
+        pub expiration: Option<DateTime<Utc>>,
+        /// The AWS region.
+        pub region: String,
+        /// A JSON object of catalog connection properties for a client,
+        /// credentials included.
+        pub connection: String,
+        /// The same connection as an icestage catalog configuration (TOML).
+        pub catalog_config: String,
+    }
+}
+
 pub(crate) async fn vend_credentials(
     ctx: &CommandContext,
     id: &str,
-    mode: Option<&str>,
-    duration: Option<&str>,
-) -> Result<RecordBatch> {
-    let mode = mode.map(AccessMode::parse).transpose()?;
+    mode: Option<AccessMode>,
+    duration: Option<&Ttl>,
+) -> Result<SessionCredentials> {
     let duration = vend_duration(duration)?;
     // Upload and download ids look alike: an upload's staging table, else a
     // download's table.
@@ -333,29 +361,18 @@ pub(crate) async fn vend_credentials(
     let connection = connection(&grant.catalog, credentials.as_ref())?;
     let properties = serde_json::to_string(&connection.properties)
         .map_err(|e| Error::invalid(format!("internal: connection: {e}")))?;
-    batch(
-        vend_schema(),
-        &[vec![
-            Value::from(upload.to_string()),
-            Value::from(grant.mode.as_str()),
-            Value::from(ident.to_string()),
-            Value::from(credentials.as_ref().map(|c| c.access_key_id.clone())),
-            Value::from(
-                credentials
-                    .as_ref()
-                    .map(|c| c.secret_access_key.expose().to_string()),
-            ),
-            Value::from(
-                credentials
-                    .as_ref()
-                    .map(|c| c.session_token.expose().to_string()),
-            ),
-            Value::from(credentials.as_ref().map(|c| c.expiration)),
-            Value::from(grant.catalog.aws().region.clone()),
-            Value::from(properties),
-            Value::from(connection.catalog_config),
-        ]],
-    )
+    Ok(SessionCredentials {
+        id: upload.to_string(),
+        mode: grant.mode,
+        table_name: ident.to_string(),
+        access_key_id: credentials.as_ref().map(|c| c.access_key_id.clone()),
+        secret_access_key: credentials.as_ref().map(|c| c.secret_access_key.clone()),
+        session_token: credentials.as_ref().map(|c| c.session_token.clone()),
+        expiration: credentials.as_ref().map(|c| c.expiration),
+        region: grant.catalog.aws().region.clone(),
+        connection: properties,
+        catalog_config: connection.catalog_config,
+    })
 }
 
 #[cfg(test)]
@@ -381,14 +398,15 @@ mod tests {
 
     #[test]
     fn durations_within_sts_bounds() {
+        let asked = |text: &str| Ttl::parse(text).unwrap();
         assert_eq!(vend_duration(None).unwrap(), DEFAULT_DURATION);
         assert_eq!(
-            vend_duration(Some("2h")).unwrap(),
+            vend_duration(Some(&asked("2h"))).unwrap(),
             Duration::from_secs(7200)
         );
-        let err = vend_duration(Some("5m")).unwrap_err().to_string();
+        let err = vend_duration(Some(&asked("5m"))).unwrap_err().to_string();
         assert!(err.contains("STS grants between 15m and 12h"), "{err}");
-        assert!(vend_duration(Some("13h")).is_err());
+        assert!(vend_duration(Some(&asked("13h"))).is_err());
     }
 
     #[test]

@@ -6,8 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{Duration as ChronoDuration, Utc};
-use datafusion::arrow::array::RecordBatch;
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::provider_as_source;
 use datafusion::execution::context::SessionState;
@@ -22,30 +21,98 @@ use super::{
     PROP_LEASE_SECONDS, PROP_QUERY, PROP_SOURCES,
 };
 use crate::catalog::Icestage;
-use crate::config::bounded_ttl;
+use crate::config::{Ttl, bounded_ttl};
 use crate::error::{Error, Result};
-use crate::rows::create_download_schema;
-use crate::rows::{Value, batch};
+use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_OWNER, PROP_STATE};
 
+/// How `CREATE DOWNLOAD` runs (its `WITH (...)` options).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DownloadOptions {
+    /// How long the download table stays; the session option
+    /// `icestage.download_ttl` when `None`, at most `icestage.max_ttl`.
+    pub ttl: Option<Ttl>,
+    /// Answer once the table is filled (`ready` or `failed`) rather than
+    /// at once with `pending`.
+    pub wait: bool,
+    /// How long the filler's heartbeat holds: a pending download whose
+    /// filler went quiet for longer is marked failed.
+    pub lease: Duration,
+    /// Who the download belongs to (a service's caller), if anyone.
+    pub owner: Option<String>,
+}
+
+impl Default for DownloadOptions {
+    fn default() -> Self {
+        Self {
+            ttl: None,
+            wait: false,
+            lease: Duration::from_secs(60),
+            owner: None,
+        }
+    }
+}
+
+result_row! {
+    /// A download `CREATE DOWNLOAD` started: the table a client reads once
+    /// it is `ready`, and how it connects.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct DownloadOpened {
+        /// The download's id.
+        pub download_id: DownloadId,
+        /// The table a client reads, `downloads.download_<id>`.
+        pub download_table: String,
+        /// `pending`, or with `wait`, `ready` or `failed`.
+        pub state: DownloadState,
+        /// When `EXPIRE STAGING` may remove it.
+        pub expires_at: Option<DateTime<Utc>>,
+        /// The catalog of the download table.
+        pub catalog: String,
+        /// A JSON object of catalog connection properties for a client.
+        pub connection: String,
+    }
+}
+
 /// A planned download.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) struct CreateDownload {
     pub(crate) catalog: String,
     pub(crate) schema: Schema,
+    /// What the download holds, in words: the statement's SQL (secrets
+    /// redacted), or a plan built in Rust.
     pub(crate) query: String,
     /// Source table → snapshot id read (`None`: the table was empty).
     pub(crate) sources: BTreeMap<String, Option<i64>>,
-    pub(crate) ttl: Option<String>,
-    pub(crate) wait: bool,
-    pub(crate) lease: Duration,
-    pub(crate) owner: Option<String>,
+    pub(crate) options: DownloadOptions,
+}
+
+/// A download of `plan`: every Iceberg table it reads pinned to one
+/// snapshot, the download table's schema from its columns, and the plan that
+/// fills it (cast to the table's types).
+pub(crate) async fn plan_download(
+    state: &SessionState,
+    icestage: &Icestage,
+    plan: LogicalPlan,
+    query: String,
+    options: DownloadOptions,
+) -> Result<(CreateDownload, LogicalPlan)> {
+    let (pinned, sources) = pin_snapshots(state, icestage, plan).await?;
+    let schema = crate::tables::ddl::iceberg_schema(pinned.schema().as_arrow())?;
+    let input = crate::tables::ddl::cast_to_table_types(pinned, &schema)?;
+    let spec = CreateDownload {
+        catalog: icestage.default_catalog().name().to_string(),
+        schema,
+        query,
+        sources,
+        options,
+    };
+    Ok((spec, input))
 }
 
 /// `plan` with every Iceberg table of icestage's catalogs pinned to its
 /// current snapshot, and the snapshots read.
-pub(crate) async fn pin_snapshots(
+async fn pin_snapshots(
     state: &SessionState,
     icestage: &Icestage,
     plan: LogicalPlan,
@@ -96,18 +163,17 @@ pub(crate) async fn pin_snapshots(
 pub(crate) async fn create_download(
     ctx: &CommandContext,
     spec: &CreateDownload,
-) -> Result<RecordBatch> {
+) -> Result<DownloadOpened> {
     let catalog = Arc::clone(ctx.icestage.catalog(&spec.catalog)?);
     let (Some(input), Some(session)) = (ctx.input.clone(), ctx.session.clone()) else {
         return Err(Error::invalid(
             "internal: CREATE DOWNLOAD runs with its query as input",
         ));
     };
+    let options = &spec.options;
     let ttl = bounded_ttl(
-        spec.ttl
-            .as_deref()
-            .unwrap_or(ctx.options.download_ttl.as_str()),
-        ctx.options.max_ttl.as_str(),
+        options.ttl.as_ref().unwrap_or(&ctx.options.download_ttl),
+        &ctx.options.max_ttl,
         "download",
     )?;
     let id = DownloadId::random();
@@ -131,10 +197,10 @@ pub(crate) async fn create_download(
         (PROP_HEARTBEAT_AT.to_string(), created_at.to_rfc3339()),
         (
             PROP_LEASE_SECONDS.to_string(),
-            spec.lease.as_secs().to_string(),
+            options.lease.as_secs().to_string(),
         ),
     ]);
-    if let Some(owner) = &spec.owner {
+    if let Some(owner) = &options.owner {
         properties.insert(PROP_OWNER.to_string(), owner.clone());
     }
     let creation = TableCreation::builder()
@@ -152,9 +218,9 @@ pub(crate) async fn create_download(
         id.clone(),
         input,
         session,
-        spec.lease,
+        options.lease,
     ));
-    let state = if spec.wait {
+    let state = if options.wait {
         let _ = filling.await;
         super::status::status_of(&ctx.icestage, &id)
             .await?
@@ -163,16 +229,12 @@ pub(crate) async fn create_download(
         ctx.icestage.keep_background(filling);
         DownloadState::Pending
     };
-    let connection = catalog.connection_json()?;
-    batch(
-        create_download_schema(),
-        &[vec![
-            Value::from(id.to_string()),
-            Value::from(ident.to_string()),
-            Value::from(state.as_str()),
-            Value::from(Some(expires_at)),
-            Value::from(catalog.name()),
-            Value::from(connection),
-        ]],
-    )
+    Ok(DownloadOpened {
+        download_id: id,
+        download_table: ident.to_string(),
+        state,
+        expires_at: Some(expires_at),
+        catalog: catalog.name().to_string(),
+        connection: catalog.connection_json()?,
+    })
 }

@@ -87,6 +87,8 @@ impl DownloadId {
     }
 }
 
+crate::rows::named_column!(DownloadId, DownloadState);
+
 impl fmt::Display for DownloadId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -4,15 +4,12 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
-use datafusion::arrow::array::RecordBatch;
+use chrono::{DateTime, Utc};
 
 use super::{Download, DownloadId, DownloadRecord, DownloadState, find_download, list_downloads};
 use crate::catalog::Icestage;
 use crate::error::{Error, Result};
-use crate::rows::download_status_schema;
-use crate::rows::drop_download_schema;
-use crate::rows::{Value, batch};
+use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::log::{self, DOWNLOADS};
 
@@ -42,38 +39,82 @@ pub(crate) async fn status_of(
     log::find(icestage, DOWNLOADS, id.as_str()).await
 }
 
-fn rows(records: &[DownloadRecord]) -> Result<RecordBatch> {
-    let rows: Vec<Vec<Value>> = records
-        .iter()
-        .map(|r| {
-            vec![
-                Value::from(r.id.clone()),
-                Value::from(r.state.as_str()),
-                Value::from(r.catalog.clone()),
-                Value::from(r.staging.clone()),
-                Value::from(r.target.clone()),
-                Value::from(r.created_at),
-                Value::from(r.expires_at),
-                Value::from(r.rows),
-                Value::from(r.files),
-                Value::from(r.snapshot_id),
-                Value::from(r.message.clone()),
-                Value::from(r.owner.clone()),
-            ]
-        })
-        .collect();
-    batch(download_status_schema(), &rows)
+result_row! {
+    /// Where a download stands: a row of `download_status(id)`,
+    /// `downloads()` and `wait_download(id)`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct DownloadStatus {
+        /// The download's id.
+        pub download_id: DownloadId,
+        /// Where it stands.
+        pub state: DownloadState,
+        /// The catalog of its table.
+        pub catalog: String,
+        /// The table a client reads, `downloads.download_<id>`.
+        pub download_table: String,
+        /// A JSON object: each source table and the snapshot read.
+        pub sources: String,
+        /// When it was created.
+        pub created_at: Option<DateTime<Utc>>,
+        /// When `EXPIRE STAGING` may remove it.
+        pub expires_at: Option<DateTime<Utc>>,
+        /// Rows written.
+        pub rows: Option<i64>,
+        /// Data files written.
+        pub files: Option<i64>,
+        /// The download table's snapshot.
+        pub snapshot_id: Option<i64>,
+        /// Why it failed, or what to do next.
+        pub message: Option<String>,
+        /// Who it belongs to, if anyone.
+        pub owner: Option<String>,
+    }
 }
 
-pub(crate) async fn download_status(ctx: &CommandContext, id: &str) -> Result<RecordBatch> {
-    let id = DownloadId::parse(id)?;
-    let record = status_of(&ctx.icestage, &id)
+impl From<DownloadRecord> for DownloadStatus {
+    fn from(record: DownloadRecord) -> Self {
+        Self {
+            download_id: DownloadId(record.id),
+            state: record.state,
+            catalog: record.catalog,
+            // A download's record keeps its table in `staging` and its
+            // sources in `target` (the columns the session log shares with
+            // uploads).
+            download_table: record.staging,
+            sources: record.target,
+            created_at: record.created_at,
+            expires_at: record.expires_at,
+            rows: record.rows,
+            files: record.files,
+            snapshot_id: record.snapshot_id,
+            message: record.message,
+            owner: record.owner,
+        }
+    }
+}
+
+result_row! {
+    /// What `DROP DOWNLOAD` left.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct DownloadDropped {
+        /// The download.
+        pub download_id: DownloadId,
+        /// `dropped` (or how it had ended before).
+        pub state: DownloadState,
+    }
+}
+
+pub(crate) async fn download_status(
+    ctx: &CommandContext,
+    id: &DownloadId,
+) -> Result<DownloadStatus> {
+    let record = status_of(&ctx.icestage, id)
         .await?
-        .ok_or_else(|| unknown(&id))?;
-    rows(&[record])
+        .ok_or_else(|| unknown(id))?;
+    Ok(record.into())
 }
 
-pub(crate) async fn list(ctx: &CommandContext) -> Result<RecordBatch> {
+pub(crate) async fn list(ctx: &CommandContext) -> Result<Vec<DownloadStatus>> {
     let mut all = vec![];
     for catalog in ctx.icestage.catalogs() {
         let mut live = HashSet::new();
@@ -89,24 +130,23 @@ pub(crate) async fn list(ctx: &CommandContext) -> Result<RecordBatch> {
         }
     }
     all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-    rows(&all)
+    Ok(all.into_iter().map(DownloadStatus::from).collect())
 }
 
 /// Waits (polling the catalog) until the download is no longer pending, or
 /// `timeout` passes.
 pub(crate) async fn wait_download(
     ctx: &CommandContext,
-    id: &str,
+    id: &DownloadId,
     timeout: Duration,
-) -> Result<RecordBatch> {
-    let id = DownloadId::parse(id)?;
+) -> Result<DownloadStatus> {
     let deadline = Instant::now() + timeout;
     loop {
-        let record = status_of(&ctx.icestage, &id)
+        let record = status_of(&ctx.icestage, id)
             .await?
-            .ok_or_else(|| unknown(&id))?;
+            .ok_or_else(|| unknown(id))?;
         if record.state != DownloadState::Pending {
-            return rows(&[record]);
+            return Ok(record.into());
         }
         if Instant::now() >= deadline {
             return Err(Error::invalid(format!(
@@ -128,28 +168,27 @@ async fn remove(download: &Download, state: DownloadState) -> Result<()> {
         .await
 }
 
-pub(crate) async fn drop_download(ctx: &CommandContext, id: &str) -> Result<RecordBatch> {
-    let id = DownloadId::parse(id)?;
-    let state = match find_download(&ctx.icestage, &id).await? {
+pub(crate) async fn drop_download(
+    ctx: &CommandContext,
+    id: &DownloadId,
+) -> Result<DownloadDropped> {
+    let state = match find_download(&ctx.icestage, id).await? {
         Some(download) => {
             remove(&download, DownloadState::Dropped).await?;
             DownloadState::Dropped
         }
         // Dropping twice is harmless.
         None => {
-            status_of(&ctx.icestage, &id)
+            status_of(&ctx.icestage, id)
                 .await?
-                .ok_or_else(|| unknown(&id))?
+                .ok_or_else(|| unknown(id))?
                 .state
         }
     };
-    batch(
-        drop_download_schema(),
-        &[vec![
-            Value::from(id.to_string()),
-            Value::from(state.as_str()),
-        ]],
-    )
+    Ok(DownloadDropped {
+        download_id: id.clone(),
+        state,
+    })
 }
 
 /// Removes downloads whose time ran out; a pending one only once its filler

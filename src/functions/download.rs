@@ -21,8 +21,7 @@ impl TableFunctionImpl for DownloadStatusFunc {
     fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
         let signature = "download_status('<download id>')";
         at_most(args, 1, "download_status", signature)?;
-        let id = string_arg(args, 0, "download_status", signature)?;
-        DownloadId::parse(&id)?;
+        let id = DownloadId::parse(&string_arg(args, 0, "download_status", signature)?)?;
         Ok(CommandTable::of(Command::DownloadStatus { id }))
     }
 }
@@ -47,8 +46,7 @@ impl TableFunctionImpl for WaitDownloadFunc {
     fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
         let signature = "wait_download('<download id>' [, '<timeout>'])";
         at_most(args, 2, "wait_download", signature)?;
-        let id = string_arg(args, 0, "wait_download", signature)?;
-        DownloadId::parse(&id)?;
+        let id = DownloadId::parse(&string_arg(args, 0, "wait_download", signature)?)?;
         let timeout = match args.len() {
             2 => parse_duration(&string_arg(args, 1, "wait_download", signature)?)?,
             _ => Duration::from_secs(600),

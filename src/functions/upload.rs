@@ -10,13 +10,14 @@ use datafusion::logical_expr::Expr;
 
 use super::{CommandTable, at_most, string_arg};
 use crate::catalog::Icestage;
-use crate::config::parse_duration;
+use crate::config::Ttl;
 use crate::credentials::AccessMode;
 use crate::credentials::vend::vend_duration;
 use crate::plan::Command;
-use crate::rows::constraints_schema;
-use crate::rows::create_upload_schema;
+use crate::rows::ResultRow;
+use crate::tables::rules::TableConstraint;
 use crate::upload::UploadId;
+use crate::upload::create::{UploadOpened, UploadOptions};
 
 /// `upload_status('<id>')`: one row, the state of the upload.
 #[derive(Debug)]
@@ -26,8 +27,7 @@ impl TableFunctionImpl for UploadStatusFunc {
     fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
         let signature = "upload_status('<upload id>')";
         at_most(args, 1, "upload_status", signature)?;
-        let id = string_arg(args, 0, "upload_status", signature)?;
-        UploadId::parse(&id)?;
+        let id = UploadId::parse(&string_arg(args, 0, "upload_status", signature)?)?;
         Ok(CommandTable::of(Command::UploadStatus { id }))
     }
 }
@@ -53,15 +53,16 @@ impl TableFunctionImpl for CreateUploadFunc {
         at_most(args, 2, "create_upload", signature)?;
         let table = string_arg(args, 0, "create_upload", signature)?;
         let ttl = match args.len() {
-            2 => {
-                let ttl = string_arg(args, 1, "create_upload", signature)?;
-                parse_duration(&ttl)?;
-                Some(ttl)
-            }
+            2 => Some(Ttl::parse(&string_arg(
+                args,
+                1,
+                "create_upload",
+                signature,
+            )?)?),
             _ => None,
         };
         Ok(CommandTable::new(
-            create_upload_schema(),
+            UploadOpened::schema(),
             Arc::new(move |state| {
                 let icestage = Icestage::from_config(state.config())?;
                 let (catalog, target) =
@@ -69,9 +70,10 @@ impl TableFunctionImpl for CreateUploadFunc {
                 Ok(Command::CreateUpload {
                     catalog: catalog.name().to_string(),
                     target,
-                    ttl: ttl.clone(),
-                    owner: None,
-                    id: None,
+                    options: UploadOptions {
+                        ttl: ttl.clone(),
+                        ..Default::default()
+                    },
                 })
             }),
         ))
@@ -86,8 +88,7 @@ impl TableFunctionImpl for PromoteUploadFunc {
     fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
         let signature = "promote_upload('<upload id>')";
         at_most(args, 1, "promote_upload", signature)?;
-        let id = string_arg(args, 0, "promote_upload", signature)?;
-        UploadId::parse(&id)?;
+        let id = UploadId::parse(&string_arg(args, 0, "promote_upload", signature)?)?;
         Ok(CommandTable::of(Command::PromoteUpload {
             id,
             dry_run: false,
@@ -105,8 +106,7 @@ impl TableFunctionImpl for UploadFindingsFunc {
     fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
         let signature = "upload_findings('<upload id>')";
         at_most(args, 1, "upload_findings", signature)?;
-        let id = string_arg(args, 0, "upload_findings", signature)?;
-        UploadId::parse(&id)?;
+        let id = UploadId::parse(&string_arg(args, 0, "upload_findings", signature)?)?;
         Ok(CommandTable::of(Command::UploadFindings { id }))
     }
 }
@@ -125,14 +125,15 @@ impl TableFunctionImpl for VendCredentialsFunc {
         UploadId::parse(&id)?;
         let mode = (args.len() > 1)
             .then(|| string_arg(args, 1, "vend_credentials", signature))
+            .transpose()?
+            .map(|mode| AccessMode::parse(&mode))
             .transpose()?;
-        if let Some(mode) = &mode {
-            AccessMode::parse(mode)?;
-        }
         let duration = (args.len() > 2)
             .then(|| string_arg(args, 2, "vend_credentials", signature))
+            .transpose()?
+            .map(|duration| Ttl::parse(&duration))
             .transpose()?;
-        vend_duration(duration.as_deref())?;
+        vend_duration(duration.as_ref())?;
         Ok(CommandTable::of(Command::VendCredentials {
             id,
             mode,
@@ -151,7 +152,7 @@ impl TableFunctionImpl for TableConstraintsFunc {
         at_most(args, 1, "table_constraints", signature)?;
         let table = string_arg(args, 0, "table_constraints", signature)?;
         Ok(CommandTable::new(
-            constraints_schema(),
+            TableConstraint::schema(),
             Arc::new(move |state| {
                 let icestage = Icestage::from_config(state.config())?;
                 let (catalog, table) =

@@ -35,8 +35,7 @@ use crate::catalog::commit::{append_once, snapshot_with};
 use crate::catalog::insert::append_rows;
 use crate::catalog::writer::write_rows;
 use crate::error::{Error, Result};
-use crate::rows::copy_schema;
-use crate::rows::{Value, batch};
+use crate::rows::{Value, result_row};
 use crate::session::CommandContext;
 use crate::session::is_missing;
 use crate::session::log::ICESTAGE_NAMESPACE;
@@ -315,7 +314,7 @@ pub(crate) async fn copy_into(
     ident: &TableIdent,
     uri: &str,
     options: &SourceOptions,
-) -> Result<RecordBatch> {
+) -> Result<CopyReport> {
     let catalog = ctx.icestage.catalog(catalog)?;
     let access = Access::open(uri, options).await?;
     let (files, format) = select(&access, uri, options).await?;
@@ -355,15 +354,15 @@ pub(crate) async fn copy_into(
         )
     };
     if to_load.is_empty() {
-        return result_row(
-            0,
-            skipped,
-            changed.len() as i64,
-            0,
-            None,
-            false,
-            format!("nothing new to load into {name}{changed_note}"),
-        );
+        return Ok(CopyReport {
+            files_loaded: 0,
+            files_skipped: skipped,
+            files_changed: changed.len() as i64,
+            rows: 0,
+            snapshot_id: None,
+            table_created: false,
+            message: format!("nothing new to load into {name}{changed_note}"),
+        });
     }
 
     let progress = ctx.progress();
@@ -411,40 +410,39 @@ pub(crate) async fn copy_into(
         append_once(catalog, &target, data_files, SNAPSHOT_COPY_ID, &copy_id).await?;
     log_rows(catalog, &name, &copy_id, "committed", &[]).await?;
     progress.finish();
-    result_row(
-        to_load.len() as i64,
-        skipped,
-        changed.len() as i64,
+    Ok(CopyReport {
+        files_loaded: to_load.len() as i64,
+        files_skipped: skipped,
+        files_changed: changed.len() as i64,
         rows,
-        Some(snapshot_id),
-        created,
-        format!(
+        snapshot_id: Some(snapshot_id),
+        table_created: created,
+        message: format!(
             "loaded {} file(s), {rows} row(s) into {name}{}{changed_note}",
             to_load.len(),
             if created { " (created)" } else { "" }
         ),
-    )
+    })
 }
 
-fn result_row(
-    loaded: i64,
-    skipped: i64,
-    changed: i64,
-    rows: i64,
-    snapshot_id: Option<i64>,
-    created: bool,
-    message: String,
-) -> Result<RecordBatch> {
-    batch(
-        copy_schema(),
-        &[vec![
-            Value::from(loaded),
-            Value::from(skipped),
-            Value::from(changed),
-            Value::from(rows),
-            Value::from(snapshot_id),
-            Value::from(if created { "true" } else { "false" }),
-            Value::from(message),
-        ]],
-    )
+result_row! {
+    /// What `COPY INTO` loaded.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CopyReport {
+        /// Files loaded by this statement.
+        pub files_loaded: i64,
+        /// Files skipped: loaded before, unchanged.
+        pub files_skipped: i64,
+        /// Files loaded before that changed since, not loaded again (see
+        /// `force`).
+        pub files_changed: i64,
+        /// Rows loaded.
+        pub rows: i64,
+        /// The table's snapshot holding them (none when nothing was new).
+        pub snapshot_id: Option<i64>,
+        /// Whether the statement created the table.
+        pub table_created: bool,
+        /// What happened, in words.
+        pub message: String,
+    }
 }

@@ -7,11 +7,13 @@
 //! reads them (format, compression, schema), [`functions`] plans the table
 //! functions, [`copy_into`] lands them exactly once per file.
 
+pub(crate) mod codec;
 pub(crate) mod copy_into;
 pub(crate) mod functions;
 pub(crate) mod options;
 pub(crate) mod read;
 pub(crate) mod source;
+pub(crate) mod store;
 
 pub use options::{Compression, Format, SourceOptions};
 

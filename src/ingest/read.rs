@@ -5,19 +5,14 @@
 
 use std::any::Any;
 use std::fmt;
-use std::io::{Read, Write};
-use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::avro::AvroFormat;
 use datafusion::datasource::file_format::csv::CsvFormat;
-use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::datasource::file_format::json::JsonFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
@@ -30,128 +25,17 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
-use futures::stream::BoxStream;
-use object_store::path::Path as ObjectPath;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::{ObjectMeta, ObjectStore};
 use tempfile::TempDir;
 
+use super::codec::{compression_type, stage_locally};
 use super::options::{Compression, Format, SourceOptions};
 use super::source::{Access, SourceFile, select};
+pub(crate) use super::store::CountingStore;
 use crate::error::{Error, Result};
 
 /// Rows sampled to infer a csv or json schema.
 const SAMPLE_ROWS: usize = 1000;
-
-/// Counts the bytes an object store returns (to show what inference costs).
-#[derive(Debug)]
-pub(crate) struct CountingStore {
-    inner: Arc<dyn ObjectStore>,
-    bytes: AtomicU64,
-}
-
-impl CountingStore {
-    pub(crate) fn new(inner: Arc<dyn ObjectStore>) -> Self {
-        Self {
-            inner,
-            bytes: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
-}
-
-impl fmt::Display for CountingStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CountingStore({})", self.inner)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for CountingStore {
-    async fn put_opts(
-        &self,
-        location: &ObjectPath,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &ObjectPath,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &ObjectPath,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        let result = self.inner.get_opts(location, options).await?;
-        self.bytes
-            .fetch_add(result.range.end - result.range.start, Ordering::Relaxed);
-        Ok(result)
-    }
-
-    async fn get_ranges(
-        &self,
-        location: &ObjectPath,
-        ranges: &[Range<u64>],
-    ) -> object_store::Result<Vec<Bytes>> {
-        let result = self.inner.get_ranges(location, ranges).await?;
-        let total: u64 = result.iter().map(|b| b.len() as u64).sum();
-        self.bytes.fetch_add(total, Ordering::Relaxed);
-        Ok(result)
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
-    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&ObjectPath>,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&ObjectPath>,
-    ) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &ObjectPath,
-        to: &ObjectPath,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
-fn compression_type(compression: Compression) -> FileCompressionType {
-    match compression {
-        Compression::Gzip => FileCompressionType::GZIP,
-        Compression::Bzip2 => FileCompressionType::BZIP2,
-        Compression::Xz => FileCompressionType::XZ,
-        Compression::Zstd => FileCompressionType::ZSTD,
-        Compression::None | Compression::Snappy => FileCompressionType::UNCOMPRESSED,
-    }
-}
 
 fn file_format(
     format: Format,
@@ -181,108 +65,6 @@ fn file_format(
         Format::Parquet => Arc::new(ParquetFormat::default()),
         Format::Avro => Arc::new(AvroFormat),
     }
-}
-
-/// Decompresses a Snappy file, framed (`sNaPpY` stream identifier) or in
-/// Hadoop's block format (big-endian uncompressed and compressed lengths
-/// before each block).
-pub(crate) fn unsnappy(data: &[u8], out: &mut impl Write) -> Result<()> {
-    const FRAMED: &[u8] = b"\xff\x06\x00\x00sNaPpY";
-    let bad = |what: &str| {
-        Error::invalid(format!(
-            "not a snappy file ({what}): check the file or pass the right name"
-        ))
-    };
-    if data.starts_with(FRAMED) {
-        std::io::copy(&mut snap::read::FrameDecoder::new(data), out)?;
-        return Ok(());
-    }
-    let mut rest = data;
-    let word = |bytes: &[u8]| u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
-    while !rest.is_empty() {
-        if rest.len() < 4 {
-            return Err(bad("truncated block header"));
-        }
-        let mut remaining = word(rest);
-        rest = &rest[4..];
-        while remaining > 0 {
-            if rest.len() < 4 {
-                return Err(bad("truncated chunk header"));
-            }
-            let length = word(rest);
-            rest = &rest[4..];
-            if rest.len() < length {
-                return Err(bad("truncated chunk"));
-            }
-            let chunk = snap::raw::Decoder::new()
-                .decompress_vec(&rest[..length])
-                .map_err(|e| bad(&e.to_string()))?;
-            remaining = remaining.saturating_sub(chunk.len());
-            out.write_all(&chunk)?;
-            rest = &rest[length..];
-        }
-    }
-    Ok(())
-}
-
-/// Files staged on local disk, decompressed, for a selection DataFusion
-/// cannot read in place (Snappy, or mixed compressions).
-async fn stage_locally(
-    access: &Access,
-    files: &[SourceFile],
-) -> Result<(TempDir, Vec<SourceFile>)> {
-    // Not a dot-folder: DataFusion's listing skips hidden paths.
-    let dir = tempfile::Builder::new()
-        .prefix("icestage-staged-")
-        .tempdir()?;
-    let mut staged = vec![];
-    for (n, file) in files.iter().enumerate() {
-        let data = access
-            .store
-            .get(&file.meta.location)
-            .await
-            .map_err(|e| access.storage_error(e))?
-            .bytes()
-            .await
-            .map_err(|e| access.storage_error(e))?;
-        let name = file.meta.location.filename().unwrap_or("file");
-        let plain = name
-            .rsplit_once('.')
-            .filter(|_| file.compression != Compression::None)
-            .map_or(name, |(stem, _)| stem);
-        let path = dir.path().join(format!("{n:05}-{plain}"));
-        let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
-        match file.compression {
-            Compression::Snappy => unsnappy(&data, &mut out)?,
-            Compression::None => out.write_all(&data)?,
-            other => {
-                let mut reader =
-                    compression_type(other).convert_read(std::io::Cursor::new(data))?;
-                let mut buffer = vec![0; 1 << 20];
-                loop {
-                    let n = reader.read(&mut buffer)?;
-                    if n == 0 {
-                        break;
-                    }
-                    out.write_all(&buffer[..n])?;
-                }
-            }
-        }
-        out.flush()?;
-        let meta = object_store::local::LocalFileSystem::new()
-            .head(
-                &ObjectPath::from_absolute_path(&path)
-                    .map_err(|e| Error::invalid(e.to_string()))?,
-            )
-            .await
-            .map_err(|e| Error::invalid(e.to_string()))?;
-        staged.push(SourceFile {
-            uri: format!("file://{}", path.display()),
-            compression: Compression::None,
-            meta,
-        });
-    }
-    Ok((dir, staged))
 }
 
 /// The columns of a user-supplied schema (`id BIGINT, name VARCHAR`).
@@ -565,29 +347,6 @@ pub(crate) fn vocabulary(data_type: &DataType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn snappy_framed_and_hadoop() {
-        let text = b"id,name\n1,a\n2,b\n".repeat(1000);
-        let mut framed = vec![];
-        {
-            let mut encoder = snap::write::FrameEncoder::new(&mut framed);
-            encoder.write_all(&text).unwrap();
-        }
-        let mut out = vec![];
-        unsnappy(&framed, &mut out).unwrap();
-        assert_eq!(out, text);
-
-        // Hadoop: [uncompressed length][compressed length][chunk] per block.
-        let chunk = snap::raw::Encoder::new().compress_vec(&text).unwrap();
-        let mut hadoop = (text.len() as u32).to_be_bytes().to_vec();
-        hadoop.extend((chunk.len() as u32).to_be_bytes());
-        hadoop.extend(&chunk);
-        let mut out = vec![];
-        unsnappy(&hadoop, &mut out).unwrap();
-        assert_eq!(out, text);
-        assert!(unsnappy(&hadoop[..10], &mut vec![]).is_err());
-    }
 
     #[test]
     fn vocabulary_types() {

@@ -11,41 +11,53 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use iceberg::{NamespaceIdent, TableIdent};
 
-use crate::error::{Error, Result};
-use crate::rows::*;
+use crate::config::Ttl;
+use crate::credentials::AccessMode;
+use crate::credentials::vend::SessionCredentials;
+use crate::download::DownloadId;
+use crate::download::create::{CreateDownload, DownloadOpened};
+use crate::download::status::{DownloadDropped, DownloadStatus};
+use crate::error::Result;
+use crate::expiry::StagingExpired;
+use crate::ingest::SourceOptions;
+use crate::ingest::copy_into::CopyReport;
+use crate::rows::ResultRow;
 pub(crate) use crate::session::CommandContext;
 use crate::tables::ddl::CreateTable;
-use crate::tables::rules::Rule;
+use crate::tables::rules::{Rule, TableConstraint};
 use crate::upload;
+use crate::upload::UploadId;
+use crate::upload::abort::UploadAborted;
+use crate::upload::create::{UploadOpened, UploadOptions};
+use crate::upload::promote::Promotion;
+use crate::upload::status::{UploadFinding, UploadStatus};
+use crate::upload::validate::Verify;
 
-/// One icestage operation.
+/// One icestage operation, its arguments parsed and checked.
 #[derive(Debug, Clone)]
 pub(crate) enum Command {
-    /// `CREATE UPLOAD FOR <table>`
+    /// `CREATE UPLOAD FOR <table> [WITH (...)]`
     CreateUpload {
         catalog: String,
         target: TableIdent,
-        ttl: Option<String>,
-        /// Who the upload belongs to (a service's caller), if anyone.
-        owner: Option<String>,
-        /// A caller-chosen id (a service derives it from an idempotency key).
-        id: Option<String>,
+        options: UploadOptions,
     },
     /// `PROMOTE UPLOAD '<id>' [WITH (dry_run = true)]`; `plan` describes
     /// the validation for EXPLAIN (filled in only when explaining).
     PromoteUpload {
-        id: String,
+        id: UploadId,
         dry_run: bool,
-        verify: crate::upload::validate::Verify,
+        verify: Verify,
         plan: Vec<String>,
     },
     /// `upload_findings('<id>')`
-    UploadFindings { id: String },
-    /// `vend_credentials('<id>' [, mode] [, duration])`
+    UploadFindings { id: UploadId },
+    /// `vend_credentials('<id>' [, mode] [, duration])`; the id is an
+    /// upload's or a download's (checked to have an id's shape).
     VendCredentials {
         id: String,
-        mode: Option<String>,
-        duration: Option<String>,
+        mode: Option<AccessMode>,
+        duration: Option<Ttl>,
     },
     /// `ALTER TABLE <t> ADD CONSTRAINT ...`
     AddConstraint {
@@ -63,31 +75,33 @@ pub(crate) enum Command {
     /// `table_constraints('<table>')`
     ListConstraints { catalog: String, table: TableIdent },
     /// `CREATE DOWNLOAD [WITH (...)] AS <query>` (the query is the node's input)
-    CreateDownload(Arc<crate::download::create::CreateDownload>),
+    CreateDownload(Arc<CreateDownload>),
     /// `download_status('<id>')`
-    DownloadStatus { id: String },
+    DownloadStatus { id: DownloadId },
     /// `downloads()`
     ListDownloads,
     /// `wait_download('<id>' [, timeout])`
     WaitDownload {
-        id: String,
+        id: DownloadId,
         timeout: std::time::Duration,
     },
     /// `DROP DOWNLOAD '<id>'`
-    DropDownload { id: String },
-    /// `COPY INTO <table> FROM '<uri>' [WITH (...)]`
+    DropDownload { id: DownloadId },
+    /// `COPY INTO <table> FROM '<uri>' [WITH (...)]`; `written` keeps the
+    /// options as written, for EXPLAIN.
     CopyInto {
         catalog: String,
         table: TableIdent,
         uri: String,
-        options: Vec<(String, String)>,
+        options: Box<SourceOptions>,
+        written: Vec<(String, String)>,
     },
     /// `ABORT UPLOAD '<id>'`
-    AbortUpload { id: String },
+    AbortUpload { id: UploadId },
     /// `EXPIRE STAGING`
     ExpireStaging,
     /// `upload_status('<id>')`
-    UploadStatus { id: String },
+    UploadStatus { id: UploadId },
     /// `uploads()`
     ListUploads,
     /// `CREATE NAMESPACE` / `CREATE SCHEMA` on an Iceberg catalog
@@ -126,23 +140,23 @@ impl Command {
         }
     }
 
-    /// The columns of the command's result.
+    /// The columns of the command's result: those of its typed outcome.
     pub(crate) fn schema(&self) -> SchemaRef {
         match self {
-            Command::CreateUpload { .. } => create_upload_schema(),
-            Command::PromoteUpload { .. } => promote_schema(),
-            Command::AbortUpload { .. } => abort_schema(),
-            Command::ExpireStaging => expire_schema(),
-            Command::UploadStatus { .. } | Command::ListUploads => status_schema(),
-            Command::UploadFindings { .. } => findings_schema(),
-            Command::VendCredentials { .. } => vend_schema(),
-            Command::ListConstraints { .. } => constraints_schema(),
-            Command::CopyInto { .. } => copy_schema(),
-            Command::CreateDownload(_) => create_download_schema(),
+            Command::CreateUpload { .. } => UploadOpened::schema(),
+            Command::PromoteUpload { .. } => Promotion::schema(),
+            Command::AbortUpload { .. } => UploadAborted::schema(),
+            Command::ExpireStaging => StagingExpired::schema(),
+            Command::UploadStatus { .. } | Command::ListUploads => UploadStatus::schema(),
+            Command::UploadFindings { .. } => UploadFinding::schema(),
+            Command::VendCredentials { .. } => SessionCredentials::schema(),
+            Command::ListConstraints { .. } => TableConstraint::schema(),
+            Command::CopyInto { .. } => CopyReport::schema(),
+            Command::CreateDownload(_) => DownloadOpened::schema(),
             Command::DownloadStatus { .. }
             | Command::ListDownloads
-            | Command::WaitDownload { .. } => download_status_schema(),
-            Command::DropDownload { .. } => drop_download_schema(),
+            | Command::WaitDownload { .. } => DownloadStatus::schema(),
+            Command::DropDownload { .. } => DownloadDropped::schema(),
             Command::AddConstraint { .. } | Command::DropConstraint { .. } => {
                 Arc::new(Schema::empty())
             }
@@ -157,49 +171,38 @@ impl Command {
         }
     }
 
-    /// Runs the command.
+    /// Runs the command: each operation answers its typed outcome, which
+    /// becomes the result batch here.
     pub(crate) async fn execute(&self, ctx: CommandContext) -> Result<RecordBatch> {
-        let batch = match self {
+        fn one<T: ResultRow>(outcome: T) -> Result<RecordBatch> {
+            T::to_batch(&[outcome])
+        }
+        match self {
             Command::CreateUpload {
                 catalog,
                 target,
-                ttl,
-                owner,
-                id,
-            } => {
-                upload::create::create_upload(
-                    &ctx,
-                    catalog,
-                    target,
-                    ttl.as_deref(),
-                    owner.as_deref(),
-                    id.as_deref(),
-                )
-                .await?
-            }
+                options,
+            } => one(upload::create::create_upload(&ctx, catalog, target, options).await?),
             Command::PromoteUpload {
                 id,
                 dry_run,
                 verify,
                 ..
-            } => upload::promote::promote_upload(&ctx, id, *dry_run, *verify).await?,
-            Command::UploadFindings { id } => upload::status::upload_findings(&ctx, id).await?,
-            Command::VendCredentials { id, mode, duration } => {
-                crate::credentials::vend::vend_credentials(
-                    &ctx,
-                    id,
-                    mode.as_deref(),
-                    duration.as_deref(),
-                )
-                .await?
+            } => one(upload::promote::promote_upload(&ctx, id, *dry_run, *verify).await?),
+            Command::UploadFindings { id } => {
+                UploadFinding::to_batch(&upload::status::upload_findings(&ctx, id).await?)
             }
+            Command::VendCredentials { id, mode, duration } => one(
+                crate::credentials::vend::vend_credentials(&ctx, id, *mode, duration.as_ref())
+                    .await?,
+            ),
             Command::AddConstraint {
                 catalog,
                 table,
                 rule,
             } => {
                 crate::tables::rules::add_constraint(&ctx, catalog, table, rule).await?;
-                RecordBatch::new_empty(self.schema())
+                Ok(RecordBatch::new_empty(self.schema()))
             }
             Command::DropConstraint {
                 catalog,
@@ -209,41 +212,41 @@ impl Command {
             } => {
                 crate::tables::rules::drop_constraint(&ctx, catalog, table, name, *if_exists)
                     .await?;
-                RecordBatch::new_empty(self.schema())
+                Ok(RecordBatch::new_empty(self.schema()))
             }
-            Command::ListConstraints { catalog, table } => {
-                crate::tables::rules::list_constraints(&ctx, catalog, table).await?
-            }
+            Command::ListConstraints { catalog, table } => TableConstraint::to_batch(
+                &crate::tables::rules::list_constraints(&ctx, catalog, table).await?,
+            ),
             Command::CreateDownload(spec) => {
-                crate::download::create::create_download(&ctx, spec).await?
+                one(crate::download::create::create_download(&ctx, spec).await?)
             }
             Command::DownloadStatus { id } => {
-                crate::download::status::download_status(&ctx, id).await?
+                one(crate::download::status::download_status(&ctx, id).await?)
             }
-            Command::ListDownloads => crate::download::status::list(&ctx).await?,
+            Command::ListDownloads => {
+                DownloadStatus::to_batch(&crate::download::status::list(&ctx).await?)
+            }
             Command::WaitDownload { id, timeout } => {
-                crate::download::status::wait_download(&ctx, id, *timeout).await?
+                one(crate::download::status::wait_download(&ctx, id, *timeout).await?)
             }
             Command::DropDownload { id } => {
-                crate::download::status::drop_download(&ctx, id).await?
+                one(crate::download::status::drop_download(&ctx, id).await?)
             }
             Command::CopyInto {
                 catalog,
                 table,
                 uri,
                 options,
+                ..
             } => {
-                let options = crate::ingest::SourceOptions::from_pairs(
-                    "COPY INTO",
-                    options,
-                    &crate::ingest::copy_options(),
-                )?;
-                crate::ingest::copy_into::copy_into(&ctx, catalog, table, uri, &options).await?
+                one(crate::ingest::copy_into::copy_into(&ctx, catalog, table, uri, options).await?)
             }
-            Command::AbortUpload { id } => upload::abort::abort_upload(&ctx, id).await?,
-            Command::ExpireStaging => crate::expiry::expire_staging(&ctx).await?,
-            Command::UploadStatus { id } => upload::status::upload_status(&ctx, id).await?,
-            Command::ListUploads => upload::status::list_uploads(&ctx).await?,
+            Command::AbortUpload { id } => one(upload::abort::abort_upload(&ctx, id).await?),
+            Command::ExpireStaging => one(crate::expiry::expire_staging(&ctx).await?),
+            Command::UploadStatus { id } => one(upload::status::upload_status(&ctx, id).await?),
+            Command::ListUploads => {
+                UploadStatus::to_batch(&upload::status::list_uploads(&ctx).await?)
+            }
             Command::CreateNamespace {
                 catalog,
                 namespace,
@@ -251,19 +254,10 @@ impl Command {
             } => {
                 crate::tables::ddl::create_namespace(&ctx, catalog, namespace, *if_not_exists)
                     .await?;
-                RecordBatch::new_empty(self.schema())
+                Ok(RecordBatch::new_empty(self.schema()))
             }
-            Command::CreateTable(create) => crate::tables::ddl::create_table(&ctx, create).await?,
-        };
-        if batch.schema().fields() != self.schema().fields() {
-            return Err(Error::invalid(format!(
-                "internal: {} produced columns {:?}, declared {:?}",
-                self.name(),
-                batch.schema(),
-                self.schema()
-            )));
+            Command::CreateTable(create) => crate::tables::ddl::create_table(&ctx, create).await,
         }
-        Ok(batch)
     }
 }
 
@@ -273,15 +267,13 @@ impl fmt::Display for Command {
             Command::CreateUpload {
                 catalog,
                 target,
-                ttl,
-                owner,
-                ..
+                options,
             } => {
                 write!(f, "CreateUpload: target={catalog}.{target}")?;
-                if let Some(ttl) = ttl {
+                if let Some(ttl) = &options.ttl {
                     write!(f, ", ttl={ttl}")?;
                 }
-                if let Some(owner) = owner {
+                if let Some(owner) = &options.owner {
                     write!(f, ", owner={owner}")?;
                 }
                 Ok(())
@@ -306,8 +298,8 @@ impl fmt::Display for Command {
             Command::VendCredentials { id, mode, duration } => write!(
                 f,
                 "VendCredentials: upload={id}, mode={}, duration={}",
-                mode.as_deref().unwrap_or("write"),
-                duration.as_deref().unwrap_or("1h")
+                mode.map_or("write", AccessMode::as_str),
+                duration.as_ref().map_or("1h", Ttl::as_str)
             ),
             Command::AddConstraint {
                 catalog,
@@ -342,7 +334,7 @@ impl fmt::Display for Command {
                     })
                     .collect();
                 write!(f, "{}]", sources.join(", "))?;
-                if spec.wait {
+                if spec.options.wait {
                     write!(f, ", wait")?;
                 }
                 Ok(())
@@ -361,10 +353,11 @@ impl fmt::Display for Command {
                 catalog,
                 table,
                 uri,
-                options,
+                written,
+                ..
             } => {
                 write!(f, "CopyInto: {catalog}.{table} from {uri}")?;
-                for (key, value) in options {
+                for (key, value) in written {
                     let shown = if crate::secret::is_secret_key(key) {
                         "***"
                     } else {

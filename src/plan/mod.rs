@@ -8,9 +8,9 @@ pub(crate) mod node;
 
 use std::sync::Arc;
 
-use datafusion::common::{Column, TableReference};
+use datafusion::common::TableReference;
 use datafusion::execution::context::SessionState;
-use datafusion::logical_expr::{DdlStatement, Expr, LogicalPlan, LogicalPlanBuilder, cast};
+use datafusion::logical_expr::{DdlStatement, LogicalPlan, LogicalPlanBuilder};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::planner::object_name_to_table_reference;
 use datafusion::sql::sqlparser::ast::{CreateTableOptions, ObjectName, Statement as SqlStatement};
@@ -20,12 +20,16 @@ pub(crate) use self::command::Command;
 use self::node::CommandNode;
 pub(crate) use self::node::IcestageQueryPlanner;
 use crate::catalog::Icestage;
-use crate::config::parse_duration;
+use crate::config::{Ttl, parse_duration};
+use crate::download::DownloadId;
+use crate::download::create::DownloadOptions;
 use crate::error::{Error, Result};
 use crate::sql::parser::{Statement, check_options};
 use crate::tables::ddl;
 use crate::tables::ddl::CreateTable;
 use crate::tables::rules::Rule;
+use crate::upload::UploadId;
+use crate::upload::create::UploadOptions;
 
 /// Plans one parsed statement.
 pub(crate) async fn statement_to_plan(
@@ -57,110 +61,82 @@ async fn plan_statement(
                 &create.options,
                 &["ttl", "owner", "upload_id"],
             )?;
-            let option = |name: &str| {
-                create
-                    .options
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
+            let option = |name: &str| option(&create.options, name);
+            let options = UploadOptions {
+                ttl: option("ttl").map(Ttl::parse).transpose()?,
+                owner: option("owner").map(str::to_string),
+                upload_id: option("upload_id").map(UploadId::parse).transpose()?,
             };
-            let owner = option("owner");
-            let id = option("upload_id");
-            if let Some(id) = &id {
-                crate::upload::UploadId::parse(id)?;
-            }
-            let ttl = create
-                .options
-                .iter()
-                .find(|(k, _)| k == "ttl")
-                .map(|(_, v)| v.clone());
-            if let Some(ttl) = &ttl {
-                parse_duration(ttl)?;
-            }
             let (catalog, target) =
                 icestage.resolve(state, &table_reference(state, create.target)?)?;
             command_plan(Command::CreateUpload {
                 catalog: catalog.name().to_string(),
                 target,
-                ttl,
-                owner,
-                id,
+                options,
             })
         }
         Statement::PromoteUpload(promote) => {
             check_options("PROMOTE UPLOAD", &promote.options, &["dry_run", "verify"])?;
-            let dry_run = match promote.options.iter().find(|(k, _)| k == "dry_run") {
-                None => false,
-                Some((_, value)) => parse_bool("dry_run", value)?,
-            };
-            let verify = match promote.options.iter().find(|(k, _)| k == "verify") {
-                None => Default::default(),
-                Some((_, value)) => value.parse()?,
-            };
+            let dry_run = option(&promote.options, "dry_run")
+                .map(|value| parse_bool("dry_run", value))
+                .transpose()?
+                .unwrap_or(false);
+            let verify = option(&promote.options, "verify")
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or_default();
             let plan = if explaining {
                 crate::upload::validate::explain(&icestage, &promote.id, verify).await?
             } else {
                 vec![]
             };
             command_plan(Command::PromoteUpload {
-                id: promote.id,
+                id: UploadId::parse(&promote.id)?,
                 dry_run,
                 verify,
                 plan,
             })
         }
-        Statement::AbortUpload(abort) => command_plan(Command::AbortUpload { id: abort.id }),
+        Statement::AbortUpload(abort) => command_plan(Command::AbortUpload {
+            id: UploadId::parse(&abort.id)?,
+        }),
         Statement::CreateDownload { options, query } => {
             check_options(
                 "CREATE DOWNLOAD",
                 &options,
                 &["ttl", "wait", "lease", "owner"],
             )?;
-            let option = |name: &str| {
-                options
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
-            };
-            let ttl = option("ttl");
-            if let Some(ttl) = &ttl {
-                parse_duration(ttl)?;
-            }
-            let wait = option("wait")
-                .map(|v| parse_bool("wait", &v))
-                .transpose()?
-                .unwrap_or(false);
-            let lease = match option("lease") {
-                Some(lease) => parse_duration(&lease)?,
-                None => std::time::Duration::from_secs(60),
+            let option = |name: &str| option(&options, name);
+            let options = DownloadOptions {
+                ttl: option("ttl").map(Ttl::parse).transpose()?,
+                wait: option("wait")
+                    .map(|v| parse_bool("wait", v))
+                    .transpose()?
+                    .unwrap_or(false),
+                lease: option("lease")
+                    .map(parse_duration)
+                    .transpose()?
+                    .unwrap_or(std::time::Duration::from_secs(60)),
+                owner: option("owner").map(str::to_string),
             };
             let sql = crate::secret::redact_sql(&query.to_string());
             let plan = state
                 .statement_to_plan(DFStatement::Statement(Box::new(SqlStatement::Query(query))))
                 .await?;
-            let (pinned, sources) =
-                crate::download::create::pin_snapshots(state, &icestage, plan).await?;
-            let schema = ddl::iceberg_schema(pinned.schema().as_arrow())?;
-            let input = cast_to_table_types(pinned, &schema)?;
-            let spec = crate::download::create::CreateDownload {
-                catalog: icestage.default_catalog().name().to_string(),
-                schema,
-                query: sql,
-                sources,
-                ttl,
-                wait,
-                lease,
-                owner: option("owner"),
-            };
+            let (spec, input) =
+                crate::download::create::plan_download(state, &icestage, plan, sql, options)
+                    .await?;
             Ok(CommandNode::new(Command::CreateDownload(Arc::new(spec)), Some(input))?.into_plan())
         }
-        Statement::DropDownload { id } => command_plan(Command::DropDownload { id }),
+        Statement::DropDownload { id } => command_plan(Command::DropDownload {
+            id: DownloadId::parse(&id)?,
+        }),
         Statement::CopyInto {
             table,
             uri,
             options,
         } => {
-            crate::ingest::SourceOptions::from_pairs(
+            let parsed = crate::ingest::SourceOptions::from_pairs(
                 "COPY INTO",
                 &options,
                 &crate::ingest::copy_options(),
@@ -170,7 +146,8 @@ async fn plan_statement(
                 catalog: catalog.name().to_string(),
                 table,
                 uri,
-                options,
+                options: Box::new(parsed),
+                written: options,
             })
         }
         Statement::ExpireStaging => command_plan(Command::ExpireStaging),
@@ -186,6 +163,14 @@ async fn plan_statement(
             })
         }
     }
+}
+
+/// The value of option `name` in `options`, if given.
+fn option<'a>(options: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    options
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
 }
 
 /// `true`/`false` (and `on`/`off`, `1`/`0`) for option `name`.
@@ -399,7 +384,10 @@ async fn plan_create_table(
         .transpose()?;
     let with_query = !matches!(memory.input.as_ref(), LogicalPlan::EmptyRelation(_));
     let input = if with_query {
-        Some(cast_to_table_types(memory.input.as_ref().clone(), &schema)?)
+        Some(ddl::cast_to_table_types(
+            memory.input.as_ref().clone(),
+            &schema,
+        )?)
     } else {
         None
     };
@@ -413,22 +401,4 @@ async fn plan_create_table(
         with_query,
     }));
     Ok(CommandNode::new(command, input)?.into_plan())
-}
-
-/// Projects `input` onto the Arrow types the new table stores.
-fn cast_to_table_types(input: LogicalPlan, schema: &iceberg::spec::Schema) -> Result<LogicalPlan> {
-    let target = iceberg::arrow::schema_to_arrow_schema(schema)?;
-    let exprs: Vec<Expr> = input
-        .schema()
-        .iter()
-        .zip(target.fields())
-        .map(|((qualifier, field), target)| {
-            cast(
-                Expr::Column(Column::new(qualifier.cloned(), field.name())),
-                target.data_type().clone(),
-            )
-            .alias(target.name())
-        })
-        .collect();
-    Ok(LogicalPlanBuilder::from(input).project(exprs)?.build()?)
 }

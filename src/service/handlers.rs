@@ -1,5 +1,6 @@
-//! The endpoints. Each checks the caller, builds an icestage statement from
-//! validated values (never from raw SQL it was sent) and runs it.
+//! The endpoints. Each checks the caller, turns the request into typed
+//! arguments (never SQL) and calls the operation through [`Operations`];
+//! a response body is the operation's outcome, the same row SQL shows.
 
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
@@ -9,8 +10,15 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value as Json_, json};
 
-use super::filter::{DownloadRequest, download_sql};
+use super::filter::{DownloadRequest, download_query};
 use super::{ApiError, AppState, Caller, json_rows};
+use crate::config::Ttl;
+use crate::credentials::AccessMode;
+use crate::download::DownloadId;
+use crate::download::create::DownloadOptions;
+use crate::rows::ResultRow;
+use crate::upload::create::UploadOptions;
+use crate::upload::{UploadId, UploadState};
 
 type ApiResult = std::result::Result<Response, ApiError>;
 
@@ -33,103 +41,102 @@ fn body<T>(
     })
 }
 
-/// `ns.table` checked to be plain identifiers, and its quoted SQL form.
+/// `ns.table`, checked to be two plain identifiers.
 pub(crate) fn table_name(text: &str) -> std::result::Result<(String, String), ApiError> {
     let parts: Vec<&str> = text.split('.').collect();
     let plain =
         |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    if parts.len() != 2 || !parts.iter().all(plain) {
-        return Err(ApiError::bad_request(format!(
+    match parts.as_slice() {
+        [namespace, table] if plain(namespace) && plain(table) => {
+            Ok((namespace.to_string(), table.to_string()))
+        }
+        _ => Err(ApiError::bad_request(format!(
             "'{text}' is not a table name: write <namespace>.<table> with letters, digits and underscores"
-        )));
+        ))),
     }
-    Ok((
-        text.to_string(),
-        format!("\"{}\".\"{}\"", parts[0], parts[1]),
+}
+
+/// The time to live a request asked for, checked.
+fn ttl(asked: Option<&str>) -> std::result::Result<Option<Ttl>, ApiError> {
+    asked
+        .map(Ttl::parse)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// An upload id from a path, or a 400 saying what ids look like.
+fn upload_id(id: &str) -> std::result::Result<UploadId, ApiError> {
+    UploadId::parse(id).map_err(|_| not_an_id(id, "an upload"))
+}
+
+/// A download id from a path, or a 400 saying what ids look like.
+fn download_id(id: &str) -> std::result::Result<DownloadId, ApiError> {
+    DownloadId::parse(id).map_err(|_| not_an_id(id, "a download"))
+}
+
+fn not_an_id(id: &str, what: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "'{id}' is not {what} id: ids are the 32 hex characters the API returned"
     ))
 }
 
-/// The `WITH (...)` options every session the API opens has: its owner
-/// (the caller's token) and the requested ttl, checked.
-fn session_options(
+/// `rows` as JSON objects, as SQL shows them.
+fn json_of<T: ResultRow>(
+    rows: &[T],
+) -> std::result::Result<Vec<serde_json::Map<String, Json_>>, ApiError> {
+    Ok(json_rows(&[T::to_batch(rows)?]))
+}
+
+/// `outcome` as a JSON object, with `status`.
+fn answer<T: ResultRow>(status: StatusCode, outcome: T) -> ApiResult {
+    let row = json_of(&[outcome])?.into_iter().next().unwrap_or_default();
+    Ok((status, Json(Json_::Object(row))).into_response())
+}
+
+/// The session `owner` belongs to `caller`, or a 403.
+fn check_owner(
     caller: &Caller,
-    ttl: Option<&str>,
-) -> std::result::Result<Vec<String>, ApiError> {
-    let mut options = vec![format!("owner = {}", quote(&caller.0.name))];
-    if let Some(ttl) = ttl {
-        crate::config::parse_duration(ttl).map_err(|e| ApiError::bad_request(e.to_string()))?;
-        options.push(format!("ttl = {}", quote(ttl)));
-    }
-    Ok(options)
-}
-
-fn hex_id(id: &str, session: Session) -> std::result::Result<String, ApiError> {
-    crate::upload::id_shape(id).ok_or_else(|| {
-        let what = match session {
-            Session::Upload => "an upload",
-            Session::Download => "a download",
-        };
-        ApiError::bad_request(format!(
-            "'{id}' is not {what} id: ids are the 32 hex characters the API returned"
-        ))
-    })
-}
-
-fn quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
-/// The first row of `batches` as a JSON object, with `status`.
-fn answer(status: StatusCode, batches: &[datafusion::arrow::array::RecordBatch]) -> Response {
-    (status, Json(Json_::Object(first_row(batches)))).into_response()
-}
-
-fn first_row(batches: &[datafusion::arrow::array::RecordBatch]) -> serde_json::Map<String, Json_> {
-    json_rows(batches).into_iter().next().unwrap_or_default()
-}
-
-/// An upload or a download, as the API names them.
-#[derive(Debug, Clone, Copy)]
-enum Session {
-    Upload,
-    Download,
-}
-
-impl Session {
-    fn name(self) -> &'static str {
-        match self {
-            Session::Upload => "upload",
-            Session::Download => "download",
-        }
-    }
-}
-
-/// The checked id and status row of a session the caller owns.
-async fn owned(
-    state: &AppState,
-    caller: &Caller,
-    session: Session,
+    kind: &str,
     id: &str,
-) -> std::result::Result<(String, serde_json::Map<String, Json_>), ApiError> {
-    let kind = session.name();
-    let id = hex_id(id, session)?;
-    let row = first_row(
-        &state
-            .run(&format!("SELECT * FROM {kind}_status('{id}')"))
-            .await?,
-    );
-    if row.get("owner").and_then(|o| o.as_str()) != Some(caller.0.name.as_str()) {
+    owner: Option<&str>,
+) -> std::result::Result<(), ApiError> {
+    if owner != Some(caller.0.name.as_str()) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
             format!("{kind} '{id}' was not created with this token"),
         ));
     }
-    Ok((id, row))
+    Ok(())
 }
 
+/// The status of an upload the caller owns.
+async fn owned_upload(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> std::result::Result<crate::upload::status::UploadStatus, ApiError> {
+    let id = upload_id(id)?;
+    let status = state.ops().upload_status(&id).await?;
+    check_owner(caller, "upload", id.as_str(), status.owner.as_deref())?;
+    Ok(status)
+}
+
+/// The status of a download the caller owns.
+async fn owned_download(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> std::result::Result<crate::download::status::DownloadStatus, ApiError> {
+    let id = download_id(id)?;
+    let status = state.ops().download_status(&id).await?;
+    check_owner(caller, "download", id.as_str(), status.owner.as_deref())?;
+    Ok(status)
+}
+
+/// Ready when the default catalog answers.
 pub(crate) async fn healthz(State(state): State<AppState>) -> ApiResult {
-    state.run("SELECT 1").await?;
+    state.check_catalog().await?;
     Ok(Json(json!({"status": "ok"})).into_response())
 }
 
@@ -149,27 +156,24 @@ pub(crate) async fn create_upload(
     payload: std::result::Result<Json<CreateUpload>, JsonRejection>,
 ) -> ApiResult {
     let request = body(payload)?;
-    let (table, quoted) = table_name(&request.table)?;
-    caller.allow("upload", &table)?;
-    let mut options = session_options(&caller, request.ttl.as_deref())?;
+    let (namespace, name) = table_name(&request.table)?;
+    caller.allow("upload", &request.table)?;
+    let mut options = UploadOptions {
+        ttl: ttl(request.ttl.as_deref())?,
+        owner: Some(caller.0.name.clone()),
+        upload_id: None,
+    };
     if let Some(key) = &request.idempotency_key {
         if key.is_empty() || key.len() > 200 {
             return Err(ApiError::bad_request(
                 "idempotency_key must have 1 to 200 characters",
             ));
         }
-        options.push(format!(
-            "upload_id = '{}'",
-            state.derived_id(&caller.0.name, key)
-        ));
+        options.upload_id = Some(upload_id(&state.derived_id(&caller.0.name, key))?);
     }
-    let created = state
-        .run(&format!(
-            "CREATE UPLOAD FOR {quoted} WITH ({})",
-            options.join(", ")
-        ))
-        .await?;
-    Ok(answer(StatusCode::CREATED, &created))
+    let table = datafusion::common::TableReference::partial(namespace, name);
+    let opened = state.ops().create_upload(table, options).await?;
+    answer(StatusCode::CREATED, opened)
 }
 
 pub(crate) async fn upload_credentials(
@@ -177,21 +181,12 @@ pub(crate) async fn upload_credentials(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    vend(&state, &caller, Session::Upload, &id).await
-}
-
-/// Credentials for a session the caller owns: write for an upload's staging
-/// table, read for a download's table.
-async fn vend(state: &AppState, caller: &Caller, session: Session, id: &str) -> ApiResult {
-    let (id, _) = owned(state, caller, session, id).await?;
-    let mode = match session {
-        Session::Upload => "write",
-        Session::Download => "read",
-    };
+    let status = owned_upload(&state, &caller, &id).await?;
     let vended = state
-        .run(&format!("SELECT * FROM vend_credentials('{id}', '{mode}')"))
+        .ops()
+        .vend_credentials(status.upload_id.as_str(), Some(AccessMode::Write), None)
         .await?;
-    Ok(answer(StatusCode::OK, &vended))
+    answer(StatusCode::OK, vended)
 }
 
 pub(crate) async fn complete_upload(
@@ -199,23 +194,22 @@ pub(crate) async fn complete_upload(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let (id, row) = owned(&state, &caller, Session::Upload, &id).await?;
-    let current = row
-        .get("state")
-        .and_then(|s| s.as_str())
-        .unwrap_or_default()
-        .to_string();
-    if !matches!(current.as_str(), "open" | "failed" | "promoting") {
+    let status = owned_upload(&state, &caller, &id).await?;
+    let id = status.upload_id.as_str();
+    if !matches!(
+        status.state,
+        UploadState::Open | UploadState::Failed | UploadState::Promoting
+    ) {
         return Ok((
             StatusCode::ACCEPTED,
-            Json(json!({"upload_id": id, "state": current})),
+            Json(json!({"upload_id": id, "state": status.state.as_str()})),
         )
             .into_response());
     }
-    state.promote_in_background(&id);
+    state.promote_in_background(&status.upload_id);
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"upload_id": id, "state": "promoting"})),
+        Json(json!({"upload_id": id, "state": UploadState::Promoting.as_str()})),
     )
         .into_response())
 }
@@ -225,8 +219,7 @@ pub(crate) async fn upload_status(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let (_, row) = owned(&state, &caller, Session::Upload, &id).await?;
-    Ok(Json(Json_::Object(row)).into_response())
+    answer(StatusCode::OK, owned_upload(&state, &caller, &id).await?)
 }
 
 #[derive(Debug, Deserialize)]
@@ -256,34 +249,40 @@ pub(crate) async fn upload_findings(
     let offset = (page.page >= 1 && (1..=1000).contains(&page.page_size))
         .then(|| (page.page - 1).checked_mul(page.page_size))
         .flatten()
-        .filter(|offset| *offset <= i64::MAX as u64)
+        .and_then(|offset| usize::try_from(offset).ok())
         .ok_or_else(|| {
             ApiError::bad_request(format!(
                 "page {} with page_size {} is out of range: page starts at 1 and page_size is 1 to 1000",
                 page.page, page.page_size
             ))
         })?;
-    let (id, _) = owned(&state, &caller, Session::Upload, &id).await?;
-    let total = first_row(
-        &state
-            .run(&format!(
-                "SELECT count(*) AS n FROM upload_findings('{id}')"
-            ))
-            .await?,
-    )
-    .get("n")
-    .and_then(|n| n.as_i64())
-    .unwrap_or(0);
-    let items = json_rows(
-        &state
-            .run(&format!(
-                "SELECT rule, kind, \"row\", file, position, \"values\", message FROM upload_findings('{id}') \
-                 ORDER BY rule, file, position, \"row\" LIMIT {} OFFSET {}",
-                page.page_size, offset
-            ))
-            .await?,
-    );
-    Ok(Json(json!({"upload_id": id, "page": page.page, "page_size": page.page_size, "total": total, "items": items}))
+    let status = owned_upload(&state, &caller, &id).await?;
+    let mut findings = state.ops().upload_findings(&status.upload_id).await?;
+    let total = findings.len();
+    // Ordered by rule, file, position, row; a missing file or position last.
+    findings.sort_by(|a, b| {
+        let key = |f: &crate::upload::status::UploadFinding| {
+            (
+                f.rule.clone(),
+                f.file.is_none(),
+                f.file.clone(),
+                f.position.is_none(),
+                f.position,
+                f.row.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let shown: Vec<_> = findings
+        .into_iter()
+        .skip(offset)
+        .take(page.page_size as usize)
+        .collect();
+    let mut items = json_of(&shown)?;
+    for item in &mut items {
+        item.remove("upload_id");
+    }
+    Ok(Json(json!({"upload_id": status.upload_id.as_str(), "page": page.page, "page_size": page.page_size, "total": total, "items": items}))
         .into_response())
 }
 
@@ -292,9 +291,9 @@ pub(crate) async fn abort_upload(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let (id, _) = owned(&state, &caller, Session::Upload, &id).await?;
-    let aborted = state.run(&format!("ABORT UPLOAD '{id}'")).await?;
-    Ok(answer(StatusCode::OK, &aborted))
+    let status = owned_upload(&state, &caller, &id).await?;
+    let aborted = state.ops().abort_upload(&status.upload_id).await?;
+    answer(StatusCode::OK, aborted)
 }
 
 pub(crate) async fn create_download(
@@ -303,17 +302,16 @@ pub(crate) async fn create_download(
     payload: std::result::Result<Json<DownloadRequest>, JsonRejection>,
 ) -> ApiResult {
     let request = body(payload)?;
-    let (table, quoted) = table_name(&request.table)?;
-    caller.allow("download", &table)?;
-    let query = download_sql(&state, &table, &quoted, &request).await?;
-    let options = session_options(&caller, request.ttl.as_deref())?;
-    let created = state
-        .run(&format!(
-            "CREATE DOWNLOAD WITH ({}) AS {query}",
-            options.join(", ")
-        ))
-        .await?;
-    Ok(answer(StatusCode::ACCEPTED, &created))
+    let (namespace, name) = table_name(&request.table)?;
+    caller.allow("download", &request.table)?;
+    let query = download_query(&state, &namespace, &name, &request).await?;
+    let options = DownloadOptions {
+        ttl: ttl(request.ttl.as_deref())?,
+        owner: Some(caller.0.name.clone()),
+        ..DownloadOptions::default()
+    };
+    let created = state.ops().create_download(query, options).await?;
+    answer(StatusCode::ACCEPTED, created)
 }
 
 pub(crate) async fn download_status(
@@ -321,8 +319,7 @@ pub(crate) async fn download_status(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    let (_, row) = owned(&state, &caller, Session::Download, &id).await?;
-    Ok(Json(Json_::Object(row)).into_response())
+    answer(StatusCode::OK, owned_download(&state, &caller, &id).await?)
 }
 
 pub(crate) async fn download_credentials(
@@ -330,5 +327,10 @@ pub(crate) async fn download_credentials(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    vend(&state, &caller, Session::Download, &id).await
+    let status = owned_download(&state, &caller, &id).await?;
+    let vended = state
+        .ops()
+        .vend_credentials(status.download_id.as_str(), Some(AccessMode::Read), None)
+        .await?;
+    answer(StatusCode::OK, vended)
 }

@@ -30,9 +30,11 @@ use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
 pub use self::config::{ServiceConfig, ServiceSettings, TokenSettings, WebhookSettings};
+use crate::api::Operations;
 use crate::catalog::Icestage;
 use crate::config::format_duration;
 use crate::error::{Error, ErrorKind, Result};
+use crate::upload::UploadId;
 
 /// The service's shared state.
 #[derive(Clone)]
@@ -40,6 +42,7 @@ pub struct AppState(Arc<Inner>);
 
 struct Inner {
     ctx: SessionContext,
+    ops: Operations,
     icestage: Arc<Icestage>,
     config: ServiceConfig,
     /// Tokens by the SHA-256 of their secret.
@@ -65,6 +68,7 @@ impl AppState {
         Ok(Self(Arc::new(Inner {
             tokens: config.tokens()?,
             timeout: config.timeout()?,
+            ops: Operations::new(&ctx)?,
             ctx,
             icestage,
             config,
@@ -74,18 +78,26 @@ impl AppState {
         })))
     }
 
-    /// Runs one statement on the service's session.
-    pub(crate) async fn run(&self, sql: &str) -> std::result::Result<Vec<RecordBatch>, ApiError> {
-        let frame = crate::sql(&self.0.ctx, sql).await.map_err(ApiError::from)?;
-        frame
-            .collect()
+    /// The operations, on the service's session.
+    pub(crate) fn ops(&self) -> &Operations {
+        &self.0.ops
+    }
+
+    /// Fails unless the default catalog answers.
+    pub(crate) async fn check_catalog(&self) -> std::result::Result<(), ApiError> {
+        self.0
+            .icestage
+            .default_catalog()
+            .catalog()
+            .list_namespaces(None)
             .await
-            .map_err(|e| ApiError::from(Error::from(e)))
+            .map_err(|e| ApiError::from(Error::from(e)))?;
+        Ok(())
     }
 
     /// Promotes upload `id` in the background unless this process already
     /// is; the outcome lands in the catalog, where GET /uploads/{id} reads it.
-    pub(crate) fn promote_in_background(&self, id: &str) {
+    pub(crate) fn promote_in_background(&self, id: &UploadId) {
         if !self
             .0
             .promoting
@@ -96,7 +108,7 @@ impl AppState {
             return;
         }
         let state = self.clone();
-        let id = id.to_string();
+        let id = id.clone();
         // Kept, so that a shutdown waits for it (see `serve`).
         let task = tokio::spawn(async move {
             // A promotion that failed on the catalog or storage (not on the
@@ -105,18 +117,24 @@ impl AppState {
             // the retry takes it over.
             let mut pause = Duration::from_secs(1);
             for _ in 0..5 {
-                match state.run(&format!("PROMOTE UPLOAD '{id}'")).await {
-                    Err(e)
-                        if e.status == StatusCode::BAD_GATEWAY
-                            || e.status == StatusCode::INTERNAL_SERVER_ERROR =>
-                    {
+                let promoted = match state.ops().promote_options() {
+                    Ok(options) => state.ops().promote_upload(&id, options).await,
+                    Err(e) => Err(e),
+                };
+                match promoted {
+                    Err(e) if matches!(e.kind(), ErrorKind::Upstream | ErrorKind::Internal) => {
                         tokio::time::sleep(pause).await;
                         pause *= 2;
                     }
                     _ => break,
                 }
             }
-            state.0.promoting.lock().expect("promoting").remove(&id);
+            state
+                .0
+                .promoting
+                .lock()
+                .expect("promoting")
+                .remove(id.as_str());
         });
         self.0.icestage.keep_background(task);
     }

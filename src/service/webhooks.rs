@@ -10,15 +10,28 @@
 //! Failed deliveries are retried with exponential backoff (up to 5 minutes).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::DataType;
+use futures::TryStreamExt;
 use hmac::{Hmac, Mac};
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use iceberg::table::Table;
+use iceberg::{NamespaceIdent, TableIdent};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
 use super::{AppState, WebhookSettings, json_rows};
+use crate::catalog::insert::append_rows;
 use crate::config::parse_duration;
+use crate::download::DownloadState;
+use crate::rows::{ResultRow, Value as RowValue};
+use crate::session::log::ICESTAGE_NAMESPACE;
+use crate::upload::UploadState;
 
 /// The signature header's name.
 pub const SIGNATURE_HEADER: &str = "Icestage-Signature";
@@ -39,35 +52,36 @@ struct Event {
     data: serde_json::Map<String, Value>,
 }
 
-/// Events of sessions the service created (they have an owner).
+/// The events of sessions the service created (they have an owner) that
+/// reached a state a webhook reports.
 async fn events(state: &AppState) -> Vec<Event> {
     let mut out = vec![];
-    for (kind, sql, id_column) in [
-        (
-            "upload",
-            "SELECT * FROM uploads() WHERE owner IS NOT NULL AND state IN ('promoted', 'failed')",
-            "upload_id",
-        ),
-        (
-            "download",
-            "SELECT * FROM downloads() WHERE owner IS NOT NULL AND state IN ('ready', 'failed')",
-            "download_id",
-        ),
+    let uploads = state.ops().uploads().await.unwrap_or_default();
+    let uploads: Vec<_> = uploads
+        .into_iter()
+        .filter(|u| {
+            u.owner.is_some() && matches!(u.state, UploadState::Promoted | UploadState::Failed)
+        })
+        .collect();
+    let downloads = state.ops().downloads().await.unwrap_or_default();
+    let downloads: Vec<_> = downloads
+        .into_iter()
+        .filter(|d| {
+            d.owner.is_some() && matches!(d.state, DownloadState::Ready | DownloadState::Failed)
+        })
+        .collect();
+    for (kind, rows, id_column) in [
+        ("upload", rows_of(&uploads), "upload_id"),
+        ("download", rows_of(&downloads), "download_id"),
     ] {
-        let Ok(batches) = state.run(sql).await else {
-            continue;
-        };
-        for row in json_rows(&batches) {
-            let id = row
-                .get(id_column)
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string();
-            let session_state = row
-                .get("state")
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string();
+        for row in rows {
+            let field = |name: &str| {
+                row.get(name)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let (id, session_state) = (field(id_column), field("state"));
             out.push(Event {
                 id: format!("{kind}.{session_state}:{id}"),
                 kind: format!("{kind}.{session_state}"),
@@ -78,33 +92,91 @@ async fn events(state: &AppState) -> Vec<Event> {
     out
 }
 
-async fn delivered(state: &AppState) -> HashSet<String> {
-    let Ok(batches) = state
-        .run("SELECT event_id FROM icestage.webhook_deliveries")
+/// `rows` as the JSON objects the API answers for them.
+fn rows_of<T: ResultRow>(rows: &[T]) -> Vec<serde_json::Map<String, Value>> {
+    T::to_batch(rows)
+        .map(|batch| json_rows(&[batch]))
+        .unwrap_or_default()
+}
+
+/// The table of acknowledged deliveries, in the default catalog.
+fn deliveries_ident() -> TableIdent {
+    TableIdent::new(
+        NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()),
+        "webhook_deliveries".to_string(),
+    )
+}
+
+fn deliveries_schema() -> crate::error::Result<Schema> {
+    let fields = vec![
+        NestedField::required(1, "event_id", Type::Primitive(PrimitiveType::String)),
+        NestedField::required(
+            2,
+            "delivered_at",
+            Type::Primitive(PrimitiveType::Timestamptz),
+        ),
+        NestedField::required(3, "status", Type::Primitive(PrimitiveType::Int)),
+    ];
+    Ok(Schema::builder()
+        .with_fields(fields.into_iter().map(Arc::new))
+        .build()?)
+}
+
+async fn deliveries(state: &AppState) -> crate::error::Result<Table> {
+    let catalog = state.0.icestage.default_catalog();
+    catalog
+        .ensure_namespace(&NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()))
+        .await?;
+    catalog
+        .table_or_create(&deliveries_ident(), deliveries_schema)
         .await
-    else {
-        return HashSet::new();
-    };
-    json_rows(&batches)
-        .into_iter()
-        .filter_map(|row| {
-            row.get("event_id")
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
+}
+
+/// The ids of the events delivered and acknowledged.
+async fn delivered(state: &AppState) -> crate::error::Result<HashSet<String>> {
+    let table = deliveries(state).await?;
+    let batches: Vec<RecordBatch> = table
+        .scan()
+        .select(["event_id"])
+        .build()?
+        .to_arrow()
+        .await?
+        .try_collect()
+        .await?;
+    let mut ids = HashSet::new();
+    for batch in &batches {
+        let column = cast(batch.column(0), &DataType::Utf8)?;
+        ids.extend(
+            column
+                .as_string::<i32>()
+                .iter()
+                .flatten()
+                .map(str::to_string),
+        );
+    }
+    Ok(ids)
+}
+
+/// Records acknowledged deliveries: (event id, HTTP status).
+async fn record(state: &AppState, acknowledged: &[(String, u16)]) -> crate::error::Result<()> {
+    let table = deliveries(state).await?;
+    let now = Utc::now();
+    let rows: Vec<Vec<RowValue>> = acknowledged
+        .iter()
+        .map(|(id, status)| {
+            vec![
+                RowValue::from(id.clone()),
+                RowValue::from(Some(now)),
+                RowValue::from(i64::from(*status)),
+            ]
         })
-        .collect()
+        .collect();
+    append_rows(state.0.icestage.default_catalog(), &table, &rows).await
 }
 
 /// Runs for as long as the service does.
 pub(crate) async fn dispatch(state: AppState, webhook: WebhookSettings) {
     let interval = parse_duration(&webhook.interval).unwrap_or(Duration::from_secs(2));
-    let _ = state.run("CREATE NAMESPACE IF NOT EXISTS icestage").await;
-    let _ = state
-        .run(
-            "CREATE TABLE IF NOT EXISTS icestage.webhook_deliveries (event_id VARCHAR NOT NULL, \
-             delivered_at TIMESTAMP WITH TIME ZONE NOT NULL, status INT NOT NULL)",
-        )
-        .await;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -112,7 +184,11 @@ pub(crate) async fn dispatch(state: AppState, webhook: WebhookSettings) {
     let mut retry: HashMap<String, (u32, Instant)> = HashMap::new();
     loop {
         tokio::time::sleep(interval).await;
-        let done = delivered(&state).await;
+        // Without the record of what was delivered, deliver nothing: the
+        // catalog comes back, or the service is stopped.
+        let Ok(done) = delivered(&state).await else {
+            continue;
+        };
         let mut acknowledged = vec![];
         for event in events(&state).await {
             if done.contains(&event.id)
@@ -153,22 +229,9 @@ pub(crate) async fn dispatch(state: AppState, webhook: WebhookSettings) {
             }
         }
         if !acknowledged.is_empty() {
-            let now = Utc::now().to_rfc3339();
-            let rows: Vec<String> = acknowledged
-                .iter()
-                .map(|(id, status)| {
-                    format!(
-                        "('{}', TIMESTAMP '{now}', {status})",
-                        id.replace('\'', "''")
-                    )
-                })
-                .collect();
-            let _ = state
-                .run(&format!(
-                    "INSERT INTO icestage.webhook_deliveries VALUES {}",
-                    rows.join(", ")
-                ))
-                .await;
+            // Not recorded (the catalog failed): delivered again next time,
+            // at least once.
+            let _ = record(&state, &acknowledged).await;
         }
     }
 }

@@ -31,31 +31,56 @@ pub const UPLOAD_LOG_TABLE: &str = "upload_log";
 /// Name of the download log table.
 pub const DOWNLOAD_LOG_TABLE: &str = "download_log";
 
-/// Which log: its table's name.
+/// Which log: its table and the names of the columns that differ between
+/// uploads and downloads. Both logs share field ids: a log is read by field
+/// id, so a download log written when it still had the upload log's column
+/// names (`upload_id`, `target_table`, `staging_table`) reads the same.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SessionLog(&'static str);
+pub(crate) struct SessionLog {
+    table: &'static str,
+    /// Field 1: the session's id.
+    id: &'static str,
+    /// Field 3: an upload's target table; a download's sources (JSON).
+    target: &'static str,
+    /// Field 4: an upload's staging table; a download's table.
+    staging: &'static str,
+}
 
 /// The log of upload sessions.
-pub(crate) const UPLOADS: SessionLog = SessionLog(UPLOAD_LOG_TABLE);
+pub(crate) const UPLOADS: SessionLog = SessionLog {
+    table: UPLOAD_LOG_TABLE,
+    id: "upload_id",
+    target: "target_table",
+    staging: "staging_table",
+};
 /// The log of download sessions.
-pub(crate) const DOWNLOADS: SessionLog = SessionLog(DOWNLOAD_LOG_TABLE);
+pub(crate) const DOWNLOADS: SessionLog = SessionLog {
+    table: DOWNLOAD_LOG_TABLE,
+    id: "download_id",
+    target: "sources",
+    staging: "download_table",
+};
+
+const ID_FIELD: i32 = 1;
+const TARGET_FIELD: i32 = 3;
+const STAGING_FIELD: i32 = 4;
 
 fn log_ident(log: SessionLog) -> TableIdent {
     TableIdent::new(
         NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()),
-        log.0.to_string(),
+        log.table.to_string(),
     )
 }
 
-fn log_schema() -> Result<Schema> {
+fn log_schema(log: SessionLog) -> Result<Schema> {
     let string = || Type::Primitive(PrimitiveType::String);
     let long = || Type::Primitive(PrimitiveType::Long);
     let time = || Type::Primitive(PrimitiveType::Timestamptz);
     let fields = vec![
-        NestedField::required(1, "upload_id", string()),
+        NestedField::required(ID_FIELD, log.id, string()),
         NestedField::required(2, "state", string()),
-        NestedField::required(3, "target_table", string()),
-        NestedField::optional(4, "staging_table", string()),
+        NestedField::required(TARGET_FIELD, log.target, string()),
+        NestedField::optional(STAGING_FIELD, log.staging, string()),
         NestedField::optional(5, "created_at", time()),
         NestedField::optional(6, "expires_at", time()),
         NestedField::required(7, "recorded_at", time()),
@@ -72,7 +97,9 @@ fn log_schema() -> Result<Schema> {
 
 /// The log table of `catalog`, created on first use.
 pub(crate) async fn log_table(catalog: &IcebergCatalog, log: SessionLog) -> Result<Table> {
-    catalog.table_or_create(&log_ident(log), log_schema).await
+    catalog
+        .table_or_create(&log_ident(log), || log_schema(log))
+        .await
 }
 
 /// Appends `record` to the log of `catalog`.
@@ -144,46 +171,64 @@ pub(crate) async fn latest_records<S: FromStr<Err = Error>>(
 async fn read<S: FromStr<Err = Error>>(
     catalog: &IcebergCatalog,
     log: SessionLog,
-    upload_id: Option<&str>,
+    id: Option<&str>,
 ) -> Result<Vec<SessionRecord<S>>> {
     let table = match catalog.catalog().load_table(&log_ident(log)).await {
         Ok(table) => table,
         Err(e) if is_missing(&e) => return Ok(vec![]),
         Err(e) => return Err(e.into()),
     };
+    // The names this table was written with, by field id.
+    let schema = table.metadata().current_schema();
+    let named = |field: i32, fallback: &'static str| {
+        schema
+            .field_by_id(field)
+            .map_or(fallback.to_string(), |f| f.name.clone())
+    };
+    let names = [
+        named(ID_FIELD, log.id),
+        named(TARGET_FIELD, log.target),
+        named(STAGING_FIELD, log.staging),
+    ];
     let mut scan = table.scan();
-    if let Some(id) = upload_id {
-        scan = scan.with_filter(Reference::new("upload_id").equal_to(Datum::string(id)));
+    if let Some(id) = id {
+        scan = scan.with_filter(Reference::new(names[0].clone()).equal_to(Datum::string(id)));
     }
     let batches: Vec<RecordBatch> = scan.build()?.to_arrow().await?.try_collect().await?;
     let mut records = vec![];
     for batch in &batches {
-        records.extend(decode(batch, catalog.name())?);
+        records.extend(decode(batch, catalog.name(), log, &names)?);
     }
-    if let Some(id) = upload_id {
+    if let Some(id) = id {
         records.retain(|r| r.id == id);
     }
     Ok(records)
 }
 
+/// The records of `batch`, read from `log` whose id, target and staging
+/// columns are named `names`.
 fn decode<S: FromStr<Err = Error>>(
     batch: &RecordBatch,
     catalog: &str,
+    log: SessionLog,
+    names: &[String; 3],
 ) -> Result<Vec<SessionRecord<S>>> {
     let column = |name: &str, to: &DataType| -> Result<Arc<dyn Array>> {
         let array = batch.column_by_name(name).ok_or_else(|| {
             Error::invalid(format!(
-                "the upload log has no column '{name}': it was not written by icestage"
+                "the log {ICESTAGE_NAMESPACE}.{} has no column '{name}': it was not written by \
+                 icestage; rename the table to keep it, and icestage starts a new log",
+                log.table
             ))
         })?;
         Ok(cast(array, to)?)
     };
     let time_type = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
     let strings: Vec<Arc<dyn Array>> = [
-        "upload_id",
+        names[0].as_str(),
         "state",
-        "target_table",
-        "staging_table",
+        names[1].as_str(),
+        names[2].as_str(),
         "message",
         "owner",
     ]
@@ -232,4 +277,106 @@ fn decode<S: FromStr<Err = Error>>(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::IcestageConfig;
+
+    /// A state for the test records.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    struct Ended;
+
+    impl Display for Ended {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("ended")
+        }
+    }
+
+    impl FromStr for Ended {
+        type Err = Error;
+        fn from_str(s: &str) -> Result<Self> {
+            (s == "ended")
+                .then_some(Ended)
+                .ok_or_else(|| Error::invalid(format!("'{s}' is not ended")))
+        }
+    }
+
+    fn record(id: &str, target: &str, staging: &str) -> SessionRecord<Ended> {
+        SessionRecord {
+            id: id.to_string(),
+            state: Ended,
+            catalog: "local".to_string(),
+            target: target.to_string(),
+            staging: staging.to_string(),
+            created_at: None,
+            expires_at: None,
+            recorded_at: Some(Utc::now()),
+            rows: Some(3),
+            files: Some(1),
+            snapshot_id: None,
+            findings: None,
+            message: None,
+            owner: Some("svc".to_string()),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn download_logs_of_either_schema_read_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = IcestageConfig::embedded(dir.path()).unwrap();
+        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
+        catalog
+            .ensure_namespace(&NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()))
+            .await
+            .unwrap();
+
+        // A new download log is named for what it holds.
+        let table = log_table(&catalog, DOWNLOADS).await.unwrap();
+        let names: Vec<String> = table
+            .metadata()
+            .current_schema()
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect();
+        assert_eq!(
+            names[..4],
+            ["download_id", "state", "sources", "download_table"]
+        );
+        let written = record("a1", "{\"local.shop.orders\":7}", "downloads.download_a1");
+        append(&catalog, DOWNLOADS, &written).await.unwrap();
+        let read: SessionRecord<Ended> = lookup(&catalog, DOWNLOADS, "a1").await.unwrap().unwrap();
+        assert_eq!(
+            (&read.target, &read.staging),
+            (&written.target, &written.staging)
+        );
+
+        // One written under the upload log's column names (as downloads
+        // logged before they had their own) reads the same, by field id.
+        catalog
+            .catalog()
+            .drop_table(&log_ident(DOWNLOADS))
+            .await
+            .unwrap();
+        catalog
+            .table_or_create(&log_ident(DOWNLOADS), || log_schema(UPLOADS))
+            .await
+            .unwrap();
+        append(&catalog, DOWNLOADS, &written).await.unwrap();
+        let read: SessionRecord<Ended> = lookup(&catalog, DOWNLOADS, "a1").await.unwrap().unwrap();
+        assert_eq!((read.id.as_str(), read.rows), ("a1", Some(3)));
+        assert_eq!(
+            (&read.target, &read.staging),
+            (&written.target, &written.staging)
+        );
+        assert!(
+            lookup::<Ended>(&catalog, DOWNLOADS, "b2")
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
 }

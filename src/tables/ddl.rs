@@ -12,6 +12,8 @@ use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{
     DataType, Field, FieldRef, Fields, Schema as ArrowSchema, TimeUnit,
 };
+use datafusion::common::Column;
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, cast};
 use datafusion::sql::sqlparser::ast::{
     CreateTableOptions, Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments,
     SqlOption, Value,
@@ -350,6 +352,24 @@ pub(crate) async fn create_table(
         _ => 0,
     };
     written(rows)
+}
+
+/// Projects `input` onto the Arrow types the new table stores.
+pub(crate) fn cast_to_table_types(input: LogicalPlan, schema: &Schema) -> Result<LogicalPlan> {
+    let target = iceberg::arrow::schema_to_arrow_schema(schema)?;
+    let exprs: Vec<Expr> = input
+        .schema()
+        .iter()
+        .zip(target.fields())
+        .map(|((qualifier, field), target)| {
+            cast(
+                Expr::Column(Column::new(qualifier.cloned(), field.name())),
+                target.data_type().clone(),
+            )
+            .alias(target.name())
+        })
+        .collect();
+    Ok(LogicalPlanBuilder::from(input).project(exprs)?.build()?)
 }
 
 #[cfg(test)]

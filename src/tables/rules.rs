@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::{Expr, ExprSchemable};
@@ -19,8 +18,7 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use crate::catalog::IcebergCatalog;
 use crate::error::{Error, Result};
-use crate::rows::constraints_schema;
-use crate::rows::{Value, batch};
+use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::is_missing;
 
@@ -251,26 +249,38 @@ pub(crate) async fn drop_constraint(
     Ok(())
 }
 
+result_row! {
+    /// One rule a table's promotions check: a row of `table_constraints(table)`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct TableConstraint {
+        /// The table, `namespace.table`.
+        pub table_name: String,
+        /// The rule's name.
+        pub constraint_name: String,
+        /// `check`, `unique`, or `not_null`.
+        pub kind: String,
+        /// The rule as SQL: the predicate, or the columns.
+        pub definition: String,
+    }
+}
+
 /// `table_constraints('<table>')`: one row per rule.
 pub(crate) async fn list_constraints(
     ctx: &CommandContext,
     catalog: &str,
     ident: &TableIdent,
-) -> Result<RecordBatch> {
+) -> Result<Vec<TableConstraint>> {
     let catalog = ctx.icestage.catalog(catalog)?;
     let table = load(catalog, ident).await?;
-    let rows: Vec<Vec<Value>> = rules_of(&table)?
+    Ok(rules_of(&table)?
         .iter()
-        .map(|rule| {
-            vec![
-                Value::from(ident.to_string()),
-                Value::from(rule.name()),
-                Value::from(rule.kind()),
-                Value::from(rule.definition()),
-            ]
+        .map(|rule| TableConstraint {
+            table_name: ident.to_string(),
+            constraint_name: rule.name().to_string(),
+            kind: rule.kind().to_string(),
+            definition: rule.definition(),
         })
-        .collect();
-    batch(constraints_schema(), &rows)
+        .collect())
 }
 
 /// Shared by the validation: the rules as planned expressions.

@@ -1,27 +1,31 @@
 //! `ABORT UPLOAD '<id>'`: discard a session's staged rows. Refused once a
 //! promotion holds the session, so a promotion's files are never purged.
 
-use datafusion::arrow::array::RecordBatch;
-
 use super::promote::load_target;
 use super::{Staging, UploadId, UploadState, find_staging, findings, promoted_snapshot};
 use crate::catalog::Icestage;
 use crate::error::{Error, Result};
-use crate::rows::abort_schema;
-use crate::rows::{Value, batch};
+use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::log;
 
-pub(crate) async fn abort_upload(ctx: &CommandContext, id: &str) -> Result<RecordBatch> {
-    let id = UploadId::parse(id)?;
-    let state = abort(&ctx.icestage, &id).await?;
-    batch(
-        abort_schema(),
-        &[vec![
-            Value::from(id.to_string()),
-            Value::from(state.as_str()),
-        ]],
-    )
+result_row! {
+    /// What `ABORT UPLOAD` left.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct UploadAborted {
+        /// The session.
+        pub upload_id: UploadId,
+        /// `aborted` (or `expired`, when expiry got there first).
+        pub state: UploadState,
+    }
+}
+
+pub(crate) async fn abort_upload(ctx: &CommandContext, id: &UploadId) -> Result<UploadAborted> {
+    let state = abort(&ctx.icestage, id).await?;
+    Ok(UploadAborted {
+        upload_id: id.clone(),
+        state,
+    })
 }
 
 async fn abort(icestage: &Icestage, id: &UploadId) -> Result<UploadState> {

@@ -3,8 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use chrono::{Duration as ChronoDuration, Utc};
-use datafusion::arrow::array::RecordBatch;
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use iceberg::spec::TableMetadata;
 use iceberg::{MetadataLocation, NamespaceIdent, TableCreation, TableIdent};
 
@@ -13,11 +12,46 @@ use super::{
     STAGING_NAMESPACE, UploadId, UploadState, is_missing,
 };
 use crate::catalog::IcebergCatalog;
-use crate::config::bounded_ttl;
+use crate::config::{Ttl, bounded_ttl};
 use crate::error::{Error, Result};
-use crate::rows::create_upload_schema;
-use crate::rows::{Value, batch};
+use crate::rows::result_row;
 use crate::session::CommandContext;
+
+/// How `CREATE UPLOAD` opens a session (its `WITH (...)` options).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct UploadOptions {
+    /// How long the session stays open; the session option
+    /// `icestage.upload_ttl` when `None`, at most `icestage.max_ttl`.
+    pub ttl: Option<Ttl>,
+    /// Who the session belongs to (a service's caller), if anyone.
+    pub owner: Option<String>,
+    /// A caller-chosen id: asking again with the same id, target and owner
+    /// answers the same session (a service derives it from an idempotency
+    /// key); an id another upload holds is refused.
+    pub upload_id: Option<UploadId>,
+}
+
+result_row! {
+    /// A session `CREATE UPLOAD` opened: the staging table a client writes
+    /// and how it connects to it.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct UploadOpened {
+        /// The session's id.
+        pub upload_id: UploadId,
+        /// The staging table, `staging.upload_<id>`.
+        pub staging_table: String,
+        /// The table the rows are promoted into.
+        pub target_table: String,
+        /// `open` (or, for a repeated request, where the session stands).
+        pub state: UploadState,
+        /// When `EXPIRE STAGING` may remove the session.
+        pub expires_at: Option<DateTime<Utc>>,
+        /// The catalog of both tables.
+        pub catalog: String,
+        /// A JSON object of catalog connection properties for a client.
+        pub connection: String,
+    }
+}
 
 /// Target properties a staging table inherits: how files are written, never
 /// where (a staging table's files stay under its own location).
@@ -80,27 +114,23 @@ pub(crate) fn staging_metadata(
     })
 }
 
-/// The row `CREATE UPLOAD` answers for the session `staging`.
-fn upload_row(
+/// What `CREATE UPLOAD` answers for session `id`.
+fn opened(
     catalog: &IcebergCatalog,
     id: &UploadId,
     target: &str,
-    state: &str,
-    expires_at: Option<chrono::DateTime<Utc>>,
-) -> Result<RecordBatch> {
-    let connection = catalog.connection_json()?;
-    batch(
-        create_upload_schema(),
-        &[vec![
-            Value::from(id.to_string()),
-            Value::from(id.staging_table().to_string()),
-            Value::from(target),
-            Value::from(state),
-            Value::from(expires_at),
-            Value::from(catalog.name()),
-            Value::from(connection),
-        ]],
-    )
+    state: UploadState,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<UploadOpened> {
+    Ok(UploadOpened {
+        upload_id: id.clone(),
+        staging_table: id.staging_table().to_string(),
+        target_table: target.to_string(),
+        state,
+        expires_at,
+        catalog: catalog.name().to_string(),
+        connection: catalog.connection_json()?,
+    })
 }
 
 /// With a caller-chosen id: the upload that already has it, if it is the
@@ -110,7 +140,7 @@ async fn existing_upload(
     id: &UploadId,
     target: &str,
     owner: Option<&str>,
-) -> Result<Option<RecordBatch>> {
+) -> Result<Option<UploadOpened>> {
     let Some(record) = super::status::status_of(&ctx.icestage, id).await? else {
         return Ok(None);
     };
@@ -120,11 +150,11 @@ async fn existing_upload(
         )));
     }
     let catalog = ctx.icestage.catalog(&record.catalog)?;
-    Ok(Some(upload_row(
+    Ok(Some(opened(
         catalog,
         id,
         target,
-        record.state.as_str(),
+        record.state,
         record.expires_at,
     )?))
 }
@@ -133,10 +163,9 @@ pub(crate) async fn create_upload(
     ctx: &CommandContext,
     catalog: &str,
     target: &TableIdent,
-    ttl: Option<&str>,
-    owner: Option<&str>,
-    chosen_id: Option<&str>,
-) -> Result<RecordBatch> {
+    options: &UploadOptions,
+) -> Result<UploadOpened> {
+    let owner = options.owner.as_deref();
     let catalog = ctx.icestage.catalog(catalog)?;
     let target_name = target.to_string();
     if target.namespace().join(".") == STAGING_NAMESPACE {
@@ -159,17 +188,16 @@ pub(crate) async fn create_upload(
         }
     })?;
     let ttl = bounded_ttl(
-        ttl.unwrap_or(ctx.options.upload_ttl.as_str()),
-        ctx.options.max_ttl.as_str(),
+        options.ttl.as_ref().unwrap_or(&ctx.options.upload_ttl),
+        &ctx.options.max_ttl,
         "upload",
     )?;
-    let id = match chosen_id {
-        Some(text) => {
-            let id = UploadId::parse(text)?;
-            if let Some(row) = existing_upload(ctx, &id, &target_name, owner).await? {
-                return Ok(row);
+    let id = match &options.upload_id {
+        Some(id) => {
+            if let Some(opened) = existing_upload(ctx, id, &target_name, owner).await? {
+                return Ok(opened);
             }
-            id
+            id.clone()
         }
         None => UploadId::random(),
     };
@@ -244,11 +272,11 @@ pub(crate) async fn create_upload(
         }
     }
 
-    upload_row(
+    opened(
         catalog,
         &id,
         &target_name,
-        UploadState::Open.as_str(),
+        UploadState::Open,
         Some(expires_at),
     )
 }

@@ -15,6 +15,8 @@
 pub(crate) mod abort;
 pub(crate) mod confine;
 pub(crate) mod create;
+pub(crate) mod drift;
+pub(crate) mod enforce;
 pub(crate) mod findings;
 pub(crate) mod promote;
 pub(crate) mod seal;
@@ -36,7 +38,6 @@ use crate::catalog::IcebergCatalog;
 use crate::catalog::Icestage;
 use crate::catalog::commit::{Swap, swap_properties};
 use crate::error::{Error, Result};
-use crate::rows::Value;
 pub use crate::session::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_OWNER, PROP_STATE};
 pub(crate) use crate::session::{
     SessionRecord, failpoint, id_shape, is_missing, property_time, random_id, state_named,
@@ -160,6 +161,8 @@ impl UploadState {
     }
 }
 
+crate::rows::named_column!(UploadId, UploadState);
+
 impl fmt::Display for UploadState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -180,27 +183,6 @@ impl FromStr for UploadState {
 
 /// An upload's record.
 pub(crate) type UploadRecord = SessionRecord<UploadState>;
-
-impl<S: fmt::Display> SessionRecord<S> {
-    /// The values in the order of `status_schema()`.
-    pub(crate) fn row(&self) -> Vec<Value> {
-        vec![
-            Value::from(self.id.clone()),
-            Value::from(self.state.to_string()),
-            Value::from(self.catalog.clone()),
-            Value::from(self.target.clone()),
-            Value::from(self.staging.clone()),
-            Value::from(self.created_at),
-            Value::from(self.expires_at),
-            Value::from(self.rows),
-            Value::from(self.files),
-            Value::from(self.snapshot_id),
-            Value::from(self.findings),
-            Value::from(self.message.clone()),
-            Value::from(self.owner.clone()),
-        ]
-    }
-}
 
 /// A live upload session: its staging table and what its properties say.
 #[derive(Debug, Clone)]
@@ -527,5 +509,112 @@ mod tests {
         ] {
             assert_eq!(state.as_str().parse::<UploadState>().unwrap(), state);
         }
+    }
+
+    /// A session in state `open` on a real (SQLite) catalog, as two
+    /// processes would each load it.
+    async fn session(dir: &std::path::Path) -> (Staging, Staging) {
+        let config = crate::config::IcestageConfig::embedded(dir).unwrap();
+        let catalog = Arc::new(IcebergCatalog::open(&config.catalogs[0]).await.unwrap());
+        let id = UploadId::random();
+        let ident = id.staging_table();
+        catalog.ensure_namespace(ident.namespace()).await.unwrap();
+        let now = Utc::now();
+        let properties = HashMap::from([
+            (PROP_UPLOAD_ID.to_string(), id.to_string()),
+            (PROP_TARGET.to_string(), "shop.orders".to_string()),
+            (PROP_STATE.to_string(), UploadState::Open.to_string()),
+            (PROP_CREATED_AT.to_string(), now.to_rfc3339()),
+            (
+                PROP_EXPIRES_AT.to_string(),
+                (now + chrono::Duration::hours(1)).to_rfc3339(),
+            ),
+        ]);
+        let schema = iceberg::spec::Schema::builder()
+            .with_fields(vec![Arc::new(iceberg::spec::NestedField::required(
+                1,
+                "id",
+                iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Long),
+            ))])
+            .build()
+            .unwrap();
+        let creation = iceberg::TableCreation::builder()
+            .name(ident.name().to_string())
+            .schema(schema)
+            .properties(properties)
+            .build();
+        let table = catalog
+            .catalog()
+            .create_table(ident.namespace(), creation)
+            .await
+            .unwrap();
+        let load = || async {
+            let table = catalog.catalog().load_table(&ident).await.unwrap();
+            Staging::from_table(Arc::clone(&catalog), table).unwrap()
+        };
+        drop(table);
+        (load().await, load().await)
+    }
+
+    fn refused_in(result: Result<()>) -> String {
+        match result {
+            Err(Error::UploadState { state, .. }) => state,
+            other => panic!("expected a refused transition, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn one_claim_at_a_time_until_it_is_released_or_lapses() {
+        use UploadState::*;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut first, mut second) = session(dir.path()).await;
+        let second_copy = second.clone();
+
+        // The first process claims it; the second cannot while the claim lives.
+        first
+            .transition(&[Open, Failed], Promoting, None)
+            .await
+            .unwrap();
+        assert_eq!(first.state, Promoting);
+        assert!(first.held_claim.is_some());
+        let refused = second
+            .transition(&[Open, Failed, Promoting], Aborted, None)
+            .await;
+        assert_eq!(refused_in(refused), "promoting");
+
+        // Releasing it (a failed validation) lets the next one in, from the
+        // states it names only.
+        first
+            .transition(&[Promoting], Failed, Some("2 findings"))
+            .await
+            .unwrap();
+        assert_eq!((first.state, first.held_claim.as_deref()), (Failed, None));
+        assert_eq!(first.message.as_deref(), Some("2 findings"));
+        let refused = second.transition(&[Open], Promoting, None).await;
+        assert_eq!(refused_in(refused), "failed");
+
+        // A claim whose holder stopped renewing lapses with its lease.
+        let mut second = second_copy;
+        first
+            .transition_with_lease(
+                &[Failed],
+                Promoting,
+                None,
+                std::time::Duration::from_secs(1),
+            )
+            .await
+            .unwrap();
+        let refused = second.transition(&[Promoting], Aborted, None).await;
+        assert_eq!(refused_in(refused), "promoting");
+        tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+        second
+            .transition(&[Promoting], Aborted, None)
+            .await
+            .unwrap();
+        assert_eq!(second.state, Aborted);
+
+        // The first holder's claim is gone: it cannot finish.
+        let refused = first.transition(&[Promoting], Promoted, None).await;
+        assert_eq!(refused_in(refused), "aborted");
     }
 }

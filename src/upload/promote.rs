@@ -22,10 +22,10 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use datafusion::arrow::array::RecordBatch;
 use iceberg::table::Table;
 
-use super::validate::{Matching, Validation, Verify, schema_drift, validate};
+use super::drift::{Matching, schema_drift};
+use super::validate::{Validation, Verify, validate};
 use super::{
     SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
     findings, is_missing, promoted_snapshot, transfer,
@@ -33,10 +33,8 @@ use super::{
 use crate::catalog::Icestage;
 use crate::catalog::Removal;
 use crate::catalog::commit::{append_once, summary_count};
-use crate::config::parse_duration;
 use crate::error::{Error, Result};
-use crate::rows::promote_schema;
-use crate::rows::{Value, batch};
+use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::log;
 
@@ -54,6 +52,14 @@ pub enum TransferPath {
     Copy,
     /// The staged rows were rewritten as new files with the target's field ids.
     Rewrite,
+}
+
+crate::rows::named_column!(TransferPath);
+
+impl std::fmt::Display for TransferPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl TransferPath {
@@ -88,31 +94,27 @@ pub(crate) fn transfer_path(staging: &Staging, target: &Table) -> TransferPath {
     }
 }
 
-/// The result of a promotion.
-#[derive(Debug, Clone)]
-pub(crate) struct Promotion {
-    pub(crate) id: UploadId,
-    pub(crate) state: UploadState,
-    pub(crate) rows: i64,
-    pub(crate) files: i64,
-    pub(crate) snapshot_id: Option<i64>,
-    pub(crate) path: TransferPath,
-    pub(crate) findings: i64,
-    pub(crate) message: String,
-}
-
-impl Promotion {
-    fn row(&self) -> Vec<Value> {
-        vec![
-            Value::from(self.id.to_string()),
-            Value::from(self.state.as_str()),
-            Value::from(self.rows),
-            Value::from(self.files),
-            Value::from(self.snapshot_id),
-            Value::from(self.path.as_str()),
-            Value::from(self.findings),
-            Value::from(self.message.clone()),
-        ]
+result_row! {
+    /// What `PROMOTE UPLOAD` did.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Promotion {
+        /// The session promoted.
+        pub upload_id: UploadId,
+        /// `promoted`; after a dry run, `open` (it would pass) or `failed`
+        /// (a promotion that finds problems answers an error instead).
+        pub state: UploadState,
+        /// Rows committed (or, after a dry run, that would be).
+        pub rows: i64,
+        /// Data files committed.
+        pub files: i64,
+        /// The target snapshot holding the rows.
+        pub snapshot_id: Option<i64>,
+        /// How the rows reached the target.
+        pub path: TransferPath,
+        /// Rule violations found; `upload_findings(id)` lists them.
+        pub findings: i64,
+        /// What happened, in words.
+        pub message: String,
     }
 }
 
@@ -138,20 +140,19 @@ impl Default for PromoteOptions {
     }
 }
 
+/// `PROMOTE UPLOAD` with the session's claim lease.
 pub(crate) async fn promote_upload(
     ctx: &CommandContext,
-    id: &str,
+    id: &UploadId,
     dry_run: bool,
     verify: Verify,
-) -> Result<RecordBatch> {
-    let id = UploadId::parse(id)?;
+) -> Result<Promotion> {
     let options = PromoteOptions {
         dry_run,
         verify,
-        lease: parse_duration(ctx.options.promotion_lease.as_str())?,
+        lease: ctx.options.promotion_lease.duration(),
     };
-    let promotion = promote(&ctx.icestage, &id, options).await?;
-    batch(promote_schema(), &[promotion.row()])
+    promote(&ctx.icestage, id, options).await
 }
 
 /// Where one attempt stands.
@@ -216,7 +217,7 @@ async fn promote_once(
         )
         .await?;
         return Ok(Attempt::Done(Promotion {
-            id: id.clone(),
+            upload_id: id.clone(),
             rows,
             files,
             snapshot_id: Some(snapshot_id),
@@ -359,7 +360,7 @@ async fn promote_claimed(
     if validation.files.is_empty() {
         finish(staging, None, 0, 0, Removal::Everything).await?;
         return Ok(Promotion {
-            id: id.clone(),
+            upload_id: id.clone(),
             state: UploadState::Promoted,
             rows: 0,
             files: 0,
@@ -411,7 +412,7 @@ async fn promote_claimed(
         already_message(&staging.target.to_string(), snapshot_id)
     };
     Ok(Promotion {
-        id: id.clone(),
+        upload_id: id.clone(),
         state: UploadState::Promoted,
         rows,
         files,
@@ -459,7 +460,7 @@ async fn dry_run_validation(
         )
         .await?;
     Ok(Promotion {
-        id: staging.id.clone(),
+        upload_id: staging.id.clone(),
         state,
         rows: validation.rows,
         files: validation.files.len() as i64,
@@ -493,7 +494,7 @@ fn already_promoted(id: &UploadId, record: &UploadRecord) -> Option<Promotion> {
         None => "already promoted (the upload was empty); nothing changed".to_string(),
     };
     Some(Promotion {
-        id: id.clone(),
+        upload_id: id.clone(),
         rows: record.rows.unwrap_or(0),
         files: record.files.unwrap_or(0),
         snapshot_id: record.snapshot_id,

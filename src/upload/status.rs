@@ -4,7 +4,6 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::array::RecordBatch;
 use iceberg::TableIdent;
 use iceberg::table::Table;
 
@@ -15,11 +14,85 @@ use super::{
 use crate::catalog::Icestage;
 use crate::catalog::commit::summary_count;
 use crate::error::{Error, Result};
-use crate::rows::findings_schema;
-use crate::rows::status_schema;
-use crate::rows::{Value, batch};
+use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::log;
+
+result_row! {
+    /// Where an upload stands: a row of `upload_status(id)` and `uploads()`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct UploadStatus {
+        /// The session's id.
+        pub upload_id: UploadId,
+        /// Where it stands.
+        pub state: UploadState,
+        /// The catalog of its tables.
+        pub catalog: String,
+        /// The table its rows are promoted into.
+        pub target_table: String,
+        /// The staging table (gone once the session ended).
+        pub staging_table: String,
+        /// When it was opened.
+        pub created_at: Option<DateTime<Utc>>,
+        /// When `EXPIRE STAGING` may remove it.
+        pub expires_at: Option<DateTime<Utc>>,
+        /// Rows staged, or promoted.
+        pub rows: Option<i64>,
+        /// Data files staged, or promoted.
+        pub files: Option<i64>,
+        /// The target snapshot holding its rows, once promoted.
+        pub snapshot_id: Option<i64>,
+        /// Rule violations the last validation found.
+        pub findings: Option<i64>,
+        /// Why it is where it is (a failure's reasons, what to do next).
+        pub message: Option<String>,
+        /// Who it belongs to, if anyone.
+        pub owner: Option<String>,
+    }
+}
+
+impl From<UploadRecord> for UploadStatus {
+    fn from(record: UploadRecord) -> Self {
+        Self {
+            upload_id: UploadId(record.id),
+            state: record.state,
+            catalog: record.catalog,
+            target_table: record.target,
+            staging_table: record.staging,
+            created_at: record.created_at,
+            expires_at: record.expires_at,
+            rows: record.rows,
+            files: record.files,
+            snapshot_id: record.snapshot_id,
+            findings: record.findings,
+            message: record.message,
+            owner: record.owner,
+        }
+    }
+}
+
+result_row! {
+    /// One rule violation of an upload: a row of `upload_findings(id)`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct UploadFinding {
+        /// The session validated.
+        pub upload_id: UploadId,
+        /// The rule's name (`schema`, `not_null`, or a constraint's name).
+        pub rule: String,
+        /// `check`, `unique`, `not_null`, ...
+        pub kind: String,
+        /// Which row: its key columns (`id=7`), or file and position.
+        pub row: String,
+        /// The data file holding the row, when known.
+        pub file: Option<String>,
+        /// The row's position in that file, when known.
+        pub position: Option<i64>,
+        /// The offending values, as a JSON object.
+        pub values: String,
+        /// What is wrong, in words.
+        pub message: String,
+    }
+}
 
 /// The record of a live session; `target` is its target table when it
 /// could be loaded (to see whether the promotion committed).
@@ -65,29 +138,41 @@ pub(crate) async fn status_of(icestage: &Icestage, id: &UploadId) -> Result<Opti
     log::find(icestage, log::UPLOADS, id.as_str()).await
 }
 
-pub(crate) async fn upload_status(ctx: &CommandContext, id: &str) -> Result<RecordBatch> {
-    let id = UploadId::parse(id)?;
-    let status = status_of(&ctx.icestage, &id)
+pub(crate) async fn upload_status(ctx: &CommandContext, id: &UploadId) -> Result<UploadStatus> {
+    let status = status_of(&ctx.icestage, id)
         .await?
         .ok_or_else(|| Error::UnknownUpload(id.to_string()))?;
-    batch(status_schema(), &[status.row()])
+    Ok(status.into())
 }
 
-pub(crate) async fn upload_findings(ctx: &CommandContext, id: &str) -> Result<RecordBatch> {
-    let id = UploadId::parse(id)?;
-    let found = match find_staging(&ctx.icestage, &id).await? {
-        Some(staging) => findings::read(&staging.catalog, &id)
+pub(crate) async fn upload_findings(
+    ctx: &CommandContext,
+    id: &UploadId,
+) -> Result<Vec<UploadFinding>> {
+    let found = match find_staging(&ctx.icestage, id).await? {
+        Some(staging) => findings::read(&staging.catalog, id)
             .await?
             .unwrap_or_default(),
         // Findings go away with the staging table; a finished upload has none.
-        None if status_of(&ctx.icestage, &id).await?.is_some() => vec![],
+        None if status_of(&ctx.icestage, id).await?.is_some() => vec![],
         None => return Err(Error::UnknownUpload(id.to_string())),
     };
-    let rows: Vec<Vec<Value>> = found.iter().map(|f| f.row_values(&id)).collect();
-    batch(findings_schema(), &rows)
+    Ok(found
+        .into_iter()
+        .map(|f| UploadFinding {
+            upload_id: id.clone(),
+            rule: f.rule,
+            kind: f.kind,
+            row: f.row,
+            file: f.file,
+            position: f.position,
+            values: f.values,
+            message: f.message,
+        })
+        .collect())
 }
 
-pub(crate) async fn list_uploads(ctx: &CommandContext) -> Result<RecordBatch> {
+pub(crate) async fn list_uploads(ctx: &CommandContext) -> Result<Vec<UploadStatus>> {
     let now = Utc::now();
     let mut all: Vec<UploadRecord> = vec![];
     for catalog in ctx.icestage.catalogs() {
@@ -109,6 +194,5 @@ pub(crate) async fn list_uploads(ctx: &CommandContext) -> Result<RecordBatch> {
         }
     }
     all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-    let rows: Vec<Vec<Value>> = all.iter().map(UploadRecord::row).collect();
-    batch(status_schema(), &rows)
+    Ok(all.into_iter().map(UploadStatus::from).collect())
 }

@@ -43,8 +43,10 @@ use iceberg::table::Table;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 
+use super::drift::{Matching, schema_drift};
+use super::enforce::{key_text, named, values_json};
 use super::findings::Finding;
-use super::validate::{FINDINGS_PER_RULE, Matching, key_text, named, schema_drift, values_json};
+use super::validate::FINDINGS_PER_RULE;
 use crate::error::{Error, Result};
 
 /// Rows per decoded batch.

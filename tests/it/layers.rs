@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::common::repo;
 
 /// Lowest first: primitives, DataFusion and AWS helpers, catalogs,
-/// sessions, operations, use cases, front ends, entry points.
+/// sessions, operations, use cases, the typed API, front ends, entry points.
 const LAYERS: &[&str] = &[
     "error",
     "secret",
@@ -24,6 +24,7 @@ const LAYERS: &[&str] = &[
     "ingest",
     "credentials",
     "expiry",
+    "api",
     "sql",
     "plan",
     "functions",

@@ -302,6 +302,137 @@ async fn the_upload_and_download_flow_through_the_router() {
     assert_eq!(status, StatusCode::FORBIDDEN);
 }
 
+/// The ids (column `id`, INT) a download of `ledger.entries` with `filter`
+/// holds, once ready.
+async fn download_ids(
+    app: &axum::Router,
+    client: &datafusion::prelude::SessionContext,
+    filter: &str,
+) -> Vec<i32> {
+    use datafusion::arrow::array::AsArray;
+    let body = format!(r#"{{"table": "ledger.entries", "columns": ["id"], "filter": {filter}}}"#);
+    let (status, download) = call(
+        app,
+        "POST",
+        "/downloads",
+        Some("sk_test_books"),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{filter}: {download}");
+    let path = format!("/downloads/{}", text(&download, "download_id"));
+    let ready = poll(&path, &["ready", "failed"], || async {
+        call(app, "GET", &path, Some("sk_test_books"), None).await.1
+    })
+    .await;
+    assert_eq!(text(&ready, "state"), "ready", "{filter}: {ready}");
+    let table = text(&download, "download_table");
+    let batches = run(client, &format!("SELECT id FROM {table} ORDER BY id"))
+        .await
+        .unwrap();
+    batches
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_primitive::<datafusion::arrow::datatypes::Int32Type>()
+                .values()
+                .to_vec()
+        })
+        .collect()
+}
+
+/// The download filter compares in the column's own type: decimals exactly
+/// (to the last digit, past what a double holds), timestamps and dates as
+/// instants and days, integers within their type's range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn download_filters_are_typed_and_exact() {
+    let warehouse = Warehouse::new();
+    let client = warehouse.session().await;
+    run(&client, "CREATE SCHEMA ledger").await.unwrap();
+    run(
+        &client,
+        "CREATE TABLE ledger.entries (id INT NOT NULL, amount DECIMAL(20, 2) NOT NULL, \
+         booked TIMESTAMP WITH TIME ZONE NOT NULL, day DATE NOT NULL)",
+    )
+    .await
+    .unwrap();
+    run(
+        &client,
+        "INSERT INTO ledger.entries VALUES \
+         (1, CAST('123456789012345678.91' AS DECIMAL(20, 2)), TIMESTAMP '2026-07-01T12:00:00Z', DATE '2026-07-01'), \
+         (2, CAST('123456789012345678.92' AS DECIMAL(20, 2)), TIMESTAMP '2026-07-01T12:00:01Z', DATE '2026-07-02'), \
+         (3, CAST('0.10' AS DECIMAL(20, 2)), TIMESTAMP '2026-07-02T00:00:00Z', DATE '2026-07-03')",
+    )
+    .await
+    .unwrap();
+    let extra = r#"
+[[service.tokens]]
+name = "books"
+token = "sk_test_books"
+tables = ["ledger.entries"]
+operations = ["download"]
+"#;
+    let app = app(&config(&warehouse, extra)).await;
+    let ids = |filter: &'static str| download_ids(&app, &client, filter);
+    // 20 digits: as doubles both amounts are the same number.
+    assert_eq!(
+        ids(r#"[{"column": "amount", "op": "eq", "value": "123456789012345678.92"}]"#).await,
+        [2]
+    );
+    assert_eq!(
+        ids(r#"[{"column": "amount", "op": "lt", "value": "123456789012345678.92"}]"#).await,
+        [1, 3]
+    );
+    assert_eq!(
+        ids(r#"[{"column": "amount", "op": "in", "value": [0.1, "123456789012345678.91"]}]"#).await,
+        [1, 3]
+    );
+    assert_eq!(
+        ids(r#"[{"column": "booked", "op": "gt", "value": "2026-07-01T12:00:00Z"}]"#).await,
+        [2, 3]
+    );
+    assert_eq!(
+        ids(r#"[{"column": "booked", "op": "ge", "value": "2026-07-01 14:00:01+02:00"}]"#).await,
+        [2, 3]
+    );
+    assert_eq!(ids(r#"[{"column": "day", "op": "le", "value": "2026-07-02"}, {"column": "id", "op": "ne", "value": 1}]"#).await, [2]);
+
+    for (filter, message) in [
+        (
+            r#"[{"column": "amount", "op": "eq", "value": "1.234"}]"#,
+            "needs a decimal of at most 20 digits, 2 after the point",
+        ),
+        (
+            r#"[{"column": "amount", "op": "eq", "value": 123456789012345678.92}]"#,
+            "send one of more than 15 digits as a string",
+        ),
+        (
+            r#"[{"column": "id", "op": "eq", "value": 3000000000}]"#,
+            "does not fit the column",
+        ),
+        (
+            r#"[{"column": "day", "op": "eq", "value": "July 1st"}]"#,
+            "needs a date like \"2026-07-01\"",
+        ),
+    ] {
+        let body = format!(r#"{{"table": "ledger.entries", "filter": {filter}}}"#);
+        let (status, error) = call(
+            &app,
+            "POST",
+            "/downloads",
+            Some("sk_test_books"),
+            Some(&body),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{filter}: {error}");
+        let text = error["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(text.contains(message), "{filter}: {text}");
+    }
+}
+
 /// Method, path, token, body; the status and a part of the message expected.
 type BadRequest = (
     &'static str,

@@ -1,0 +1,382 @@
+//! The typed Rust API: every icestage operation with typed arguments and a
+//! typed outcome. The SQL statements, the table functions and the HTTP
+//! service are thin layers over the same functions; an outcome's
+//! [`ResultRow`](crate::ResultRow) gives the columns SQL shows for it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::common::TableReference;
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::TaskContext;
+use datafusion::prelude::SessionContext;
+use iceberg::TableIdent;
+
+use crate::catalog::Icestage;
+use crate::config::Ttl;
+use crate::credentials::AccessMode;
+use crate::credentials::vend::{SessionCredentials, vend_credentials};
+use crate::download::DownloadId;
+use crate::download::create::{DownloadOpened, DownloadOptions, create_download, plan_download};
+use crate::download::status::{DownloadDropped, DownloadStatus};
+use crate::error::Result;
+use crate::expiry::StagingExpired;
+use crate::ingest::SourceOptions;
+use crate::ingest::copy_into::CopyReport;
+use crate::session::CommandContext;
+use crate::tables::rules::TableConstraint;
+use crate::upload::UploadId;
+use crate::upload::abort::UploadAborted;
+use crate::upload::create::{UploadOpened, UploadOptions};
+use crate::upload::promote::{PromoteOptions, Promotion};
+use crate::upload::status::{UploadFinding, UploadStatus};
+
+/// icestage's operations on a session that [`register`](crate::register)
+/// prepared: the catalogs, the `icestage.*` options and the progress sink
+/// are that session's. Cheap to clone; one per session is enough.
+///
+/// ```
+/// # async fn example() -> icestage::Result<()> {
+/// use datafusion::prelude::SessionContext;
+/// use icestage::{IcestageConfig, Operations, PromoteOptions, UploadOptions, UploadState};
+///
+/// let warehouse = tempfile::tempdir()?;
+/// let ctx = SessionContext::new();
+/// icestage::register(&ctx, IcestageConfig::embedded(warehouse.path())?).await?;
+/// icestage::sql(&ctx, "CREATE SCHEMA shop").await?.collect().await?;
+/// icestage::sql(&ctx, "CREATE TABLE shop.orders (id BIGINT NOT NULL, cents BIGINT)")
+///     .await?
+///     .collect()
+///     .await?;
+///
+/// let ops = Operations::new(&ctx)?;
+/// // Open an upload: a staging table the client writes with any Iceberg client.
+/// let upload = ops.create_upload("shop.orders", UploadOptions::default()).await?;
+/// assert_eq!(upload.state, UploadState::Open);
+/// // (Here the client appends rows to `upload.staging_table`.)
+/// let promotion = ops
+///     .promote_upload(&upload.upload_id, PromoteOptions::default())
+///     .await?;
+/// assert_eq!(promotion.state, UploadState::Promoted);
+/// let status = ops.upload_status(&upload.upload_id).await?;
+/// assert_eq!(status.state, UploadState::Promoted);
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(example()).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Operations {
+    ctx: SessionContext,
+    icestage: Arc<Icestage>,
+}
+
+impl std::fmt::Debug for Operations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operations")
+            .field("session", &self.ctx.session_id())
+            .finish()
+    }
+}
+
+impl Operations {
+    /// The operations of `ctx`; fails unless [`register`](crate::register)
+    /// ran on it.
+    pub fn new(ctx: &SessionContext) -> Result<Self> {
+        let icestage = Icestage::from_config(ctx.state().config())?;
+        Ok(Self {
+            ctx: ctx.clone(),
+            icestage,
+        })
+    }
+
+    /// The context one operation runs in: the session's options as they
+    /// are now.
+    fn context(&self) -> Result<CommandContext> {
+        CommandContext::new(self.ctx.task_ctx())
+    }
+
+    /// `table` resolved against the session's default catalog: its
+    /// catalog's name and identifier.
+    fn resolve(&self, table: TableReference) -> Result<(String, TableIdent)> {
+        let state = self.ctx.state();
+        let (catalog, ident) = self.icestage.resolve(&state, &table)?;
+        Ok((catalog.name().to_string(), ident))
+    }
+
+    /// `CREATE UPLOAD FOR <table>`: opens an upload session.
+    /// `table` is `ns.table` or `catalog.ns.table` as SQL reads it (a
+    /// `&str`), or a `TableReference` taken as it is.
+    pub async fn create_upload(
+        &self,
+        table: impl Into<TableReference>,
+        options: UploadOptions,
+    ) -> Result<UploadOpened> {
+        let (catalog, target) = self.resolve(table.into())?;
+        crate::upload::create::create_upload(&self.context()?, &catalog, &target, &options).await
+    }
+
+    /// How `PROMOTE UPLOAD` runs in this session: verify every byte, commit,
+    /// and hold the claim for the session's `icestage.promotion_lease`.
+    pub fn promote_options(&self) -> Result<PromoteOptions> {
+        Ok(PromoteOptions {
+            lease: self.context()?.options.promotion_lease.duration(),
+            ..PromoteOptions::default()
+        })
+    }
+
+    /// `PROMOTE UPLOAD`: validates the staged rows and commits them into the
+    /// target exactly once (or, with `dry_run`, only validates). A promotion
+    /// that finds problems commits nothing and answers
+    /// [`Error::ValidationFailed`](crate::Error::ValidationFailed) with them;
+    /// the session is then `failed` and its findings are kept.
+    pub async fn promote_upload(
+        &self,
+        id: &UploadId,
+        options: PromoteOptions,
+    ) -> Result<Promotion> {
+        crate::upload::promote::promote(&self.icestage, id, options).await
+    }
+
+    /// `ABORT UPLOAD`: discards the staged rows.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let ctx = datafusion::prelude::SessionContext::new();
+    /// # icestage::register(&ctx, icestage::IcestageConfig::embedded(dir.path())?).await?;
+    /// # for statement in ["CREATE SCHEMA shop", "CREATE TABLE shop.orders (id BIGINT NOT NULL, cents BIGINT)"] {
+    /// #     icestage::sql(&ctx, statement).await?.collect().await?;
+    /// # }
+    /// # let ops = icestage::Operations::new(&ctx)?;
+    /// use icestage::{UploadOptions, UploadState};
+    ///
+    /// let upload = ops.create_upload("shop.orders", UploadOptions::default()).await?;
+    /// let aborted = ops.abort_upload(&upload.upload_id).await?;
+    /// assert_eq!(aborted.state, UploadState::Aborted);
+    /// // The upload log keeps its end.
+    /// assert_eq!(ops.upload_status(&upload.upload_id).await?.state, UploadState::Aborted);
+    /// # Ok::<_, icestage::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn abort_upload(&self, id: &UploadId) -> Result<UploadAborted> {
+        crate::upload::abort::abort_upload(&self.context()?, id).await
+    }
+
+    /// `upload_status(id)`: where one upload stands.
+    pub async fn upload_status(&self, id: &UploadId) -> Result<UploadStatus> {
+        crate::upload::status::upload_status(&self.context()?, id).await
+    }
+
+    /// `uploads()`: every upload the catalogs know, oldest first.
+    pub async fn uploads(&self) -> Result<Vec<UploadStatus>> {
+        crate::upload::status::list_uploads(&self.context()?).await
+    }
+
+    /// `upload_findings(id)`: the rule violations the last validation found.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let ctx = datafusion::prelude::SessionContext::new();
+    /// # icestage::register(&ctx, icestage::IcestageConfig::embedded(dir.path())?).await?;
+    /// # for statement in ["CREATE SCHEMA shop", "CREATE TABLE shop.orders (id BIGINT NOT NULL, cents BIGINT)"] {
+    /// #     icestage::sql(&ctx, statement).await?.collect().await?;
+    /// # }
+    /// # let ops = icestage::Operations::new(&ctx)?;
+    /// use icestage::{UploadOptions, UploadState};
+    ///
+    /// icestage::sql(&ctx, "ALTER TABLE shop.orders ADD CONSTRAINT positive CHECK (cents > 0)")
+    ///     .await?
+    ///     .collect()
+    ///     .await?;
+    /// assert_eq!(ops.table_constraints("shop.orders").await?[0].constraint_name, "positive");
+    /// let upload = ops.create_upload("shop.orders", UploadOptions::default()).await?;
+    /// let insert = format!("INSERT INTO {} VALUES (1, 250), (2, -5)", upload.staging_table);
+    /// icestage::sql(&ctx, &insert).await?.collect().await?;
+    ///
+    /// // A promotion that finds violations commits nothing and fails, naming them.
+    /// let failed = ops.promote_upload(&upload.upload_id, ops.promote_options()?).await;
+    /// assert!(matches!(failed, Err(icestage::Error::ValidationFailed { .. })));
+    /// let status = ops.upload_status(&upload.upload_id).await?;
+    /// assert_eq!((status.state, status.findings), (UploadState::Failed, Some(1)));
+    /// let findings = ops.upload_findings(&upload.upload_id).await?;
+    /// assert_eq!((findings[0].rule.as_str(), findings[0].kind.as_str()), ("positive", "check"));
+    /// # Ok::<_, icestage::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn upload_findings(&self, id: &UploadId) -> Result<Vec<UploadFinding>> {
+        crate::upload::status::upload_findings(&self.context()?, id).await
+    }
+
+    /// `vend_credentials(id, mode, duration)`: credentials that reach only
+    /// the table of upload or download `id` (write for an upload's staging
+    /// table, read for a download's table, when `mode` is `None`).
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let ctx = datafusion::prelude::SessionContext::new();
+    /// # icestage::register(&ctx, icestage::IcestageConfig::embedded(dir.path())?).await?;
+    /// # for statement in ["CREATE SCHEMA shop", "CREATE TABLE shop.orders (id BIGINT NOT NULL, cents BIGINT)"] {
+    /// #     icestage::sql(&ctx, statement).await?.collect().await?;
+    /// # }
+    /// # let ops = icestage::Operations::new(&ctx)?;
+    /// use icestage::{AccessMode, UploadOptions};
+    ///
+    /// let upload = ops.create_upload("shop.orders", UploadOptions::default()).await?;
+    /// let vended = ops.vend_credentials(upload.upload_id.as_str(), None, None).await?;
+    /// assert_eq!(vended.mode, AccessMode::Write);
+    /// assert_eq!(vended.table_name, upload.staging_table);
+    /// // The embedded catalog is a local file: the connection alone reaches it.
+    /// assert!(vended.access_key_id.is_none());
+    /// # Ok::<_, icestage::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn vend_credentials(
+        &self,
+        id: &str,
+        mode: Option<AccessMode>,
+        duration: Option<Ttl>,
+    ) -> Result<SessionCredentials> {
+        vend_credentials(&self.context()?, id, mode, duration.as_ref()).await
+    }
+
+    /// `CREATE DOWNLOAD AS <query>`: a table holding what `query` answers,
+    /// read from one snapshot of each Iceberg table it reads. Build the query
+    /// with DataFusion's `DataFrame` API (`ctx.table(..)?.filter(..)`).
+    pub async fn create_download(
+        &self,
+        query: DataFrame,
+        options: DownloadOptions,
+    ) -> Result<DownloadOpened> {
+        let (state, plan) = query.into_parts();
+        let described = plan.display_indent().to_string();
+        let (spec, input) = plan_download(&state, &self.icestage, plan, described, options).await?;
+        let input = state.create_physical_plan(&input).await?;
+        let mut ctx = CommandContext::new(Arc::new(TaskContext::from(&state)))?;
+        ctx.input = Some(input);
+        ctx.session = Some(Arc::new(state));
+        create_download(&ctx, &spec).await
+    }
+
+    /// `download_status(id)`: where one download stands.
+    pub async fn download_status(&self, id: &DownloadId) -> Result<DownloadStatus> {
+        crate::download::status::download_status(&self.context()?, id).await
+    }
+
+    /// `downloads()`: every download the catalogs know, oldest first.
+    pub async fn downloads(&self) -> Result<Vec<DownloadStatus>> {
+        crate::download::status::list(&self.context()?).await
+    }
+
+    /// `wait_download(id, timeout)`: the download's status once it is no
+    /// longer pending; an error after `timeout`.
+    pub async fn wait_download(
+        &self,
+        id: &DownloadId,
+        timeout: Duration,
+    ) -> Result<DownloadStatus> {
+        crate::download::status::wait_download(&self.context()?, id, timeout).await
+    }
+
+    /// `DROP DOWNLOAD`: removes the download's table.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let ctx = datafusion::prelude::SessionContext::new();
+    /// # icestage::register(&ctx, icestage::IcestageConfig::embedded(dir.path())?).await?;
+    /// # for statement in ["CREATE SCHEMA shop", "CREATE TABLE shop.orders (id BIGINT NOT NULL, cents BIGINT)"] {
+    /// #     icestage::sql(&ctx, statement).await?.collect().await?;
+    /// # }
+    /// # let ops = icestage::Operations::new(&ctx)?;
+    /// use std::time::Duration;
+    /// use icestage::{DownloadOptions, DownloadState};
+    ///
+    /// let query = ctx.table("shop.orders").await?;
+    /// let download = ops.create_download(query, DownloadOptions::default()).await?;
+    /// let ready = ops.wait_download(&download.download_id, Duration::from_secs(60)).await?;
+    /// assert_eq!((ready.state, ready.rows), (DownloadState::Ready, Some(0)));
+    /// let dropped = ops.drop_download(&download.download_id).await?;
+    /// assert_eq!(dropped.state, DownloadState::Dropped);
+    /// assert_eq!(ops.downloads().await?[0].state, DownloadState::Dropped);
+    /// # Ok::<_, icestage::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn drop_download(&self, id: &DownloadId) -> Result<DownloadDropped> {
+        crate::download::status::drop_download(&self.context()?, id).await
+    }
+
+    /// `COPY INTO <table> FROM <uri>`: loads the files under an S3 prefix
+    /// (or a local directory) that were not loaded before.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let ctx = datafusion::prelude::SessionContext::new();
+    /// # icestage::register(&ctx, icestage::IcestageConfig::embedded(dir.path())?).await?;
+    /// # for statement in ["CREATE SCHEMA shop", "CREATE TABLE shop.orders (id BIGINT NOT NULL, cents BIGINT)"] {
+    /// #     icestage::sql(&ctx, statement).await?.collect().await?;
+    /// # }
+    /// # let ops = icestage::Operations::new(&ctx)?;
+    /// # let files = tempfile::tempdir()?;
+    /// # std::fs::write(files.path().join("a.csv"), "id,cents\n1,250\n2,990\n")?;
+    /// # let prefix = format!("{}/", files.path().display());
+    /// use icestage::SourceOptions;
+    ///
+    /// // A directory of CSV files (an S3 prefix reads the same).
+    /// let report = ops.copy_into("shop.orders", &prefix, SourceOptions::default()).await?;
+    /// assert_eq!((report.files_loaded, report.rows), (1, 2));
+    /// // Each file lands once.
+    /// let again = ops.copy_into("shop.orders", &prefix, SourceOptions::default()).await?;
+    /// assert_eq!((again.files_loaded, again.files_skipped), (0, 1));
+    /// # Ok::<_, icestage::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn copy_into(
+        &self,
+        table: impl Into<TableReference>,
+        uri: &str,
+        options: SourceOptions,
+    ) -> Result<CopyReport> {
+        let (catalog, ident) = self.resolve(table.into())?;
+        crate::ingest::copy_into::copy_into(&self.context()?, &catalog, &ident, uri, &options).await
+    }
+
+    /// `EXPIRE STAGING`: removes the sessions whose time ran out.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let ctx = datafusion::prelude::SessionContext::new();
+    /// # icestage::register(&ctx, icestage::IcestageConfig::embedded(dir.path())?).await?;
+    /// # for statement in ["CREATE SCHEMA shop", "CREATE TABLE shop.orders (id BIGINT NOT NULL, cents BIGINT)"] {
+    /// #     icestage::sql(&ctx, statement).await?.collect().await?;
+    /// # }
+    /// # let ops = icestage::Operations::new(&ctx)?;
+    /// use std::time::Duration;
+    /// use icestage::{Ttl, UploadOptions, UploadState};
+    ///
+    /// let brief = UploadOptions {
+    ///     ttl: Some(Ttl::from(Duration::from_secs(1))),
+    ///     ..UploadOptions::default()
+    /// };
+    /// let upload = ops.create_upload("shop.orders", brief).await?;
+    /// tokio::time::sleep(Duration::from_millis(1500)).await;
+    /// assert_eq!(ops.expire_staging().await?.tables_removed, 1);
+    /// assert_eq!(ops.upload_status(&upload.upload_id).await?.state, UploadState::Expired);
+    /// # Ok::<_, icestage::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn expire_staging(&self) -> Result<StagingExpired> {
+        crate::expiry::expire_staging(&self.context()?).await
+    }
+
+    /// `table_constraints(table)`: the rules promotions into `table` check.
+    pub async fn table_constraints(
+        &self,
+        table: impl Into<TableReference>,
+    ) -> Result<Vec<TableConstraint>> {
+        let (catalog, ident) = self.resolve(table.into())?;
+        crate::tables::rules::list_constraints(&self.context()?, &catalog, &ident).await
+    }
+}
