@@ -10,4 +10,4 @@ cd "$(dirname "$0")/.."
 cargo build --release --locked --bin icestage
 echo "==> load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 ICESTAGE_SERVE_BIN="$CARGO_TARGET_DIR/release/icestage" \
-    cargo test --locked --test it service::two_hundred_concurrent_upload_sessions -- --nocapture
+    cargo test --locked --test it service::load::two_hundred_concurrent_upload_sessions -- --nocapture

@@ -1,0 +1,232 @@
+//! `icestage serve`: the router in-process (tower's `oneshot`), real
+//! service processes on real sockets (two replicas on one catalog, a
+//! restart, SIGTERM), webhooks, the source design's Python client, and a
+//! bounded load test. This file holds what they share.
+
+mod load;
+mod processes;
+mod router;
+mod webhooks;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use icestage::service::{AppState, ServiceConfig, router};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::aws::Moto;
+use crate::common::{Warehouse, python_script, run, scalar};
+
+const TOKEN: &str = "sk_test_acme";
+const OTHER: &str = "sk_test_other";
+
+fn config(warehouse: &Warehouse, extra: &str) -> String {
+    format!(
+        r#"
+warehouse = "{}"
+[service]
+listen = "127.0.0.1:0"
+id_secret = "replicas-share-this"
+requests_per_minute = 10000
+{extra}
+[[service.tokens]]
+name = "acme"
+token = "{TOKEN}"
+tables = ["payments.transactions", "payments.missing"]
+operations = ["upload", "download"]
+[[service.tokens]]
+name = "other"
+token = "{OTHER}"
+tables = ["payments.transactions"]
+operations = ["download"]
+"#,
+        warehouse.path().display()
+    )
+}
+
+/// Creates the target table `payments.transactions` in the embedded warehouse.
+async fn target(warehouse: &Warehouse) {
+    create_target(&warehouse.session().await).await;
+}
+
+async fn create_target(ctx: &datafusion::prelude::SessionContext) {
+    run(ctx, "CREATE SCHEMA payments").await.unwrap();
+    run(
+        ctx,
+        "CREATE TABLE payments.transactions (transaction_id VARCHAR NOT NULL, account_id VARCHAR NOT NULL, \
+         amount_cents BIGINT NOT NULL, currency VARCHAR NOT NULL, created_at TIMESTAMP WITH TIME ZONE NOT NULL)",
+    )
+    .await
+    .unwrap();
+}
+
+/// Runs the design's client (tests/python/api_client.py) against `service`
+/// and checks that its `rows` were promoted.
+fn design_client_promotes(service: &Service, rows: usize) {
+    let out = python_script(
+        "api_client.py",
+        &[
+            &service.url,
+            TOKEN,
+            "payments.transactions",
+            &rows.to_string(),
+        ],
+    );
+    let status: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (text(&status, "state"), status["rows"].as_u64()),
+        ("promoted".into(), Some(rows as u64)),
+        "{status}"
+    );
+}
+
+/// Sends one request through the router; returns status and JSON body.
+/// The service's router for a config given as TOML text.
+async fn app(config_text: &str) -> axum::Router {
+    let config = ServiceConfig::from_toml_str(config_text).unwrap();
+    router(AppState::new(config).await.unwrap())
+}
+
+/// [`call`] with the token of `acme` and no body.
+async fn call_as_acme(app: &axum::Router, method: &str, path: &str) -> (StatusCode, Value) {
+    call(app, method, path, Some(TOKEN), None).await
+}
+
+async fn call(
+    app: &axum::Router,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut request = Request::builder().method(method).uri(path);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if body.is_some() {
+        request = request.header("content-type", "application/json");
+    }
+    let request = request
+        .body(Body::from(body.unwrap_or_default().to_string()))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 24)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn text(value: &Value, key: &str) -> String {
+    value[key].as_str().unwrap_or_default().to_string()
+}
+
+/// Calls `get` every 100 ms until the `state` it answers is one of `states`.
+async fn poll<F: std::future::Future<Output = Value>>(
+    what: &str,
+    states: &[&str],
+    mut get: impl FnMut() -> F,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let body = get().await;
+        if states.contains(&text(&body, "state").as_str()) {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} never reached {states:?}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn poll_until(app: &axum::Router, path: &str, states: &[&str]) -> Value {
+    poll(path, states, || async {
+        let (status, body) = call(app, "GET", path, Some(TOKEN), None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    })
+    .await
+}
+
+struct Service {
+    child: Child,
+    url: String,
+}
+
+impl Service {
+    fn start(config_path: &std::path::Path) -> Self {
+        let binary =
+            std::env::var_os("ICESTAGE_SERVE_BIN").unwrap_or(env!("CARGO_BIN_EXE_icestage").into());
+        let mut child = Command::new(binary)
+            .args(["serve", "--config", config_path.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("the service prints where it listens")
+                .unwrap();
+            if let Some(url) = line.strip_prefix("icestage serve: listening on ") {
+                break url.to_string();
+            }
+        };
+        // Keep draining stderr so the service never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, url }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// POSTs `body` with the test token; the JSON answer.
+async fn post_json(http: &reqwest::Client, url: String, body: Value) -> Value {
+    http.post(url)
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn write_config(warehouse: &Warehouse, extra: &str) -> std::path::PathBuf {
+    let path = warehouse.path().join("service.toml");
+    std::fs::write(&path, config(warehouse, extra)).unwrap();
+    path
+}
+
+async fn wait_state(client: &reqwest::Client, url: &str, states: &[&str]) -> Value {
+    poll(url, states, || async {
+        client
+            .get(url)
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    })
+    .await
+}
