@@ -136,6 +136,14 @@ impl Operations {
         crate::upload::promote::promote(&self.icestage, id, options).await
     }
 
+    /// A token for icestage's REST catalog (`icestage serve`'s `/iceberg`)
+    /// that reaches upload `id`'s staging table only, to append while the
+    /// upload is open; issuing one revokes the one before. Only its SHA-256
+    /// is kept, on the staging table.
+    pub async fn upload_access_token(&self, id: &UploadId) -> Result<String> {
+        crate::upload::access::issue_access_token(&self.icestage, id).await
+    }
+
     /// `ABORT UPLOAD`: discards the staged rows.
     ///
     /// ```
@@ -256,6 +264,13 @@ impl Operations {
         ctx.input = Some(input);
         ctx.session = Some(Arc::new(state));
         create_download(&ctx, &spec).await
+    }
+
+    /// A read-only token for icestage's REST catalog that reaches download
+    /// `id`'s table only, once it is ready; issuing one revokes the one
+    /// before.
+    pub async fn download_access_token(&self, id: &DownloadId) -> Result<String> {
+        crate::download::access::issue_access_token(&self.icestage, id).await
     }
 
     /// `download_status(id)`: where one download stands.

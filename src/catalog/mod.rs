@@ -6,6 +6,7 @@
 //! the catalog decorator used for commits that must re-check a condition on
 //! every attempt; [`ddl`] turns `CREATE TABLE` into an Iceberg table.
 
+pub(crate) mod append;
 pub(crate) mod commit;
 pub(crate) mod confine;
 pub(crate) mod insert;

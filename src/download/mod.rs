@@ -9,6 +9,7 @@
 //! exists (state, sources, a heartbeat lease while it fills), then a row of
 //! the catalog's `icestage.download_log`.
 
+pub(crate) mod access;
 pub(crate) mod create;
 pub(crate) mod fill;
 pub(crate) mod status;

@@ -49,6 +49,11 @@ pub struct ServiceSettings {
     /// Address to listen on.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// The address clients reach the service at (`https://ingest.example.com`),
+    /// for the REST catalog URI in the connections it hands out; the bound
+    /// address (`http://<listen>`) when unset.
+    #[serde(default)]
+    pub public_url: Option<String>,
     /// Largest request body accepted, in bytes.
     #[serde(default = "default_body")]
     pub max_body_bytes: usize,

@@ -173,7 +173,18 @@ pub(crate) async fn create_upload(
     }
     let table = datafusion::common::TableReference::partial(namespace, name);
     let opened = state.ops().create_upload(table, options).await?;
-    answer(StatusCode::CREATED, opened)
+    // What reaches the staging table: this service's REST catalog with a
+    // token for that table alone (none once the upload can take no rows).
+    let connection = match opened.state {
+        UploadState::Open | UploadState::Failed => {
+            let token = state.ops().upload_access_token(&opened.upload_id).await?;
+            state.rest_connection(&token)
+        }
+        _ => Json_::Null,
+    };
+    let mut body = json_of(&[opened])?.into_iter().next().unwrap_or_default();
+    body.insert("connection".to_string(), connection);
+    Ok((StatusCode::CREATED, Json(Json_::Object(body))).into_response())
 }
 
 pub(crate) async fn upload_credentials(
@@ -186,7 +197,8 @@ pub(crate) async fn upload_credentials(
         .ops()
         .vend_credentials(status.upload_id.as_str(), Some(AccessMode::Write), None)
         .await?;
-    answer(StatusCode::OK, vended)
+    let token = state.ops().upload_access_token(&status.upload_id).await?;
+    credentials_body(&state, vended, &token)
 }
 
 pub(crate) async fn complete_upload(
@@ -332,5 +344,24 @@ pub(crate) async fn download_credentials(
         .ops()
         .vend_credentials(status.download_id.as_str(), Some(AccessMode::Read), None)
         .await?;
-    answer(StatusCode::OK, vended)
+    let token = state
+        .ops()
+        .download_access_token(&status.download_id)
+        .await?;
+    credentials_body(&state, vended, &token)
+}
+
+/// Credentials as the API answers them: the connection is this service's
+/// REST catalog with the session's token, never the backend catalog itself;
+/// the storage keys (S3 warehouses) reach the session's location only, and
+/// the catalog hands them out on each load too.
+fn credentials_body(
+    state: &AppState,
+    vended: crate::credentials::vend::SessionCredentials,
+    token: &str,
+) -> ApiResult {
+    let mut body = json_of(&[vended])?.into_iter().next().unwrap_or_default();
+    body.insert("connection".to_string(), state.rest_connection(token));
+    body.remove("catalog_config");
+    Ok((StatusCode::OK, Json(Json_::Object(body))).into_response())
 }

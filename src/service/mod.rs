@@ -10,6 +10,7 @@ mod config;
 mod filter;
 mod handlers;
 mod openapi;
+mod rest;
 mod webhooks;
 
 use std::collections::{HashMap, HashSet};
@@ -50,6 +51,9 @@ struct Inner {
     id_secret: Vec<u8>,
     timeout: Duration,
     buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    /// Where clients reach this service (see `ServiceSettings::public_url`),
+    /// once known.
+    public_url: std::sync::OnceLock<String>,
     /// Uploads this process is promoting: a retried complete does not start
     /// a second promotion here (another replica's is still safe: exactly
     /// once holds in the catalog).
@@ -74,8 +78,29 @@ impl AppState {
             config,
             id_secret,
             buckets: Mutex::default(),
+            public_url: std::sync::OnceLock::new(),
             promoting: Mutex::default(),
         })))
+    }
+
+    /// The connection a client gives its Iceberg library (PyIceberg's
+    /// `load_catalog(name, **props)`): this service's REST catalog with
+    /// `token`.
+    pub(crate) fn rest_connection(&self, token: &str) -> Json {
+        let base = self.0.public_url.get().cloned().unwrap_or_else(|| {
+            self.0
+                .config
+                .service
+                .public_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{}", self.0.config.service.listen))
+        });
+        json!({
+            "name": "icestage",
+            "type": "rest",
+            "uri": format!("{}/iceberg", base.trim_end_matches('/')),
+            "token": token,
+        })
     }
 
     /// The operations, on the service's session.
@@ -326,6 +351,7 @@ pub fn router(state: AppState) -> Router {
             "/downloads/{id}/credentials",
             post(handlers::download_credentials),
         )
+        .merge(rest::routes())
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -376,10 +402,13 @@ pub async fn serve(config: ServiceConfig) -> Result<()> {
     if let Some(webhook) = state.0.config.service.webhook.clone() {
         tokio::spawn(webhooks::dispatch(state.clone(), webhook));
     }
-    eprintln!(
-        "icestage serve: listening on http://{}",
-        listener.local_addr()?
-    );
+    let bound = format!("http://{}", listener.local_addr()?);
+    let public = state.0.config.service.public_url.clone();
+    let _ = state
+        .0
+        .public_url
+        .set(public.unwrap_or_else(|| bound.clone()));
+    eprintln!("icestage serve: listening on {bound}");
     axum::serve(listener, router(state.clone()))
         .with_graceful_shutdown(shutdown_signal())
         .await?;

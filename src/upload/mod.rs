@@ -13,6 +13,7 @@
 //!   `icestage.upload_log` table ([`log`]) records how the session ended.
 
 pub(crate) mod abort;
+pub(crate) mod access;
 pub(crate) mod confine;
 pub(crate) mod create;
 pub(crate) mod drift;

@@ -180,3 +180,66 @@ async fn sigterm_drains_the_promotions_in_flight() {
         "200"
     );
 }
+
+/// PyIceberg with `type="rest"`: the connection of `POST /uploads` is
+/// icestage's REST catalog with a token that reaches the staging table only.
+/// Out-of-scope loads answer "no such table", schema and property changes
+/// are refused, two racing appends both land (the second after a 409 and a
+/// reload), the upload promotes, and after the promotion the token opens
+/// nothing. A download is then read through the catalog with a read-only
+/// token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rest_client_reaches_only_its_staging_table() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let service = Service::start(&write_config(&warehouse, ""));
+    let out = python_script(
+        "rest_client.py",
+        &[&service.url, TOKEN, "payments.transactions", "5"],
+    );
+    let seen: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(seen["namespaces"], json!([["staging"]]), "{seen}");
+    assert_eq!(seen["tables"].as_array().map(Vec::len), Some(1), "{seen}");
+    let refusal = |what: &str| {
+        seen["refusals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["what"] == what)
+            .cloned()
+            .unwrap_or_else(|| panic!("no refusal for {what}: {seen}"))
+    };
+    for what in ["load the target table", "load another namespace's table"] {
+        assert_eq!(refusal(what)["error"], "NoSuchTableError", "{seen}");
+    }
+    for what in ["add a column", "set a property"] {
+        let refused = refusal(what);
+        assert_eq!(refused["error"], "ForbiddenError", "{seen}");
+        assert!(
+            refused["message"]
+                .as_str()
+                .unwrap()
+                .contains("only an append is accepted"),
+            "{seen}"
+        );
+    }
+    assert_eq!(
+        (
+            text(&seen["status"], "state"),
+            seen["status"]["rows"].as_i64()
+        ),
+        ("promoted".to_string(), Some(5)),
+        "{seen}"
+    );
+    assert_ne!(seen["after"]["error"], Value::Null, "{seen}");
+    // A download's token reads its table and nothing else.
+    assert_eq!(seen["download_rows"].as_i64(), Some(5), "{seen}");
+    let refusals = seen["download_refusals"].as_array().unwrap();
+    assert_eq!(refusals[0]["error"], "NoSuchTableError", "{seen}");
+    assert_eq!(refusals[1]["error"], "ForbiddenError", "{seen}");
+    let client = warehouse.session().await;
+    assert_eq!(
+        scalar(&client, "SELECT count(*) FROM payments.transactions").await,
+        "5"
+    );
+}

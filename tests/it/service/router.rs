@@ -16,7 +16,7 @@ async fn the_upload_and_download_flow_through_the_router() {
     let (status, upload) = call(&app, "POST", "/uploads", Some(TOKEN), Some(create)).await;
     assert_eq!(status, StatusCode::CREATED, "{upload}");
     let id = text(&upload, "upload_id");
-    assert_eq!(upload["connection"]["type"], "sql");
+    assert_eq!(upload["connection"]["type"], "rest");
     // A retried create (same idempotency key) is the same upload.
     let (_, again) = call(&app, "POST", "/uploads", Some(TOKEN), Some(create)).await;
     assert_eq!(text(&again, "upload_id"), id);

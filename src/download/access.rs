@@ -1,0 +1,28 @@
+//! A download's access token for icestage's REST catalog (see
+//! [`crate::session::token`]): read-only, issued once the download is ready,
+//! only its hash kept on the download table; a new token replaces the last.
+
+use super::{DownloadId, find_download};
+use crate::catalog::Icestage;
+use crate::error::{Error, Result};
+use crate::session::token::{self, TokenKind};
+
+/// A new read-only access token for download `id`'s table.
+pub(crate) async fn issue_access_token(icestage: &Icestage, id: &DownloadId) -> Result<String> {
+    let download = find_download(icestage, id)
+        .await?
+        .ok_or_else(|| Error::UnknownDownload(id.to_string()))?;
+    token::issue_on(
+        &download.catalog,
+        &download.table,
+        TokenKind::Download,
+        id.as_str(),
+        &["ready"],
+    )
+    .await?
+    .map_err(|state| Error::DownloadState {
+        id: id.to_string(),
+        state,
+        hint: format!("a download is read once it is ready; wait with wait_download('{id}')"),
+    })
+}

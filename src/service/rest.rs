@@ -1,0 +1,438 @@
+//! icestage's Iceberg REST catalog, under `/iceberg`: what any Iceberg
+//! client (PyIceberg `type="rest"`, iceberg-rust's `RestCatalog`, Spark,
+//! DuckDB) uses to reach one session's one table with the session's token.
+//!
+//! A token sees its table and that table's namespace, nothing else (another
+//! table answers 404). A download's token reads its table while the
+//! download is ready. An upload's token loads its staging table and commits
+//! appends to it while the session is open or failed; every commit is
+//! checked to be an append under the table's assigned location and applied
+//! by icestage on exactly the version the client built on (409 otherwise,
+//! which clients retry). Nothing else changes: no schema, property, spec or
+//! location update, no create, drop or rename.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use chrono::Utc;
+use iceberg::table::Table;
+use iceberg::{NamespaceIdent, TableIdent};
+use iceberg_catalog_rest::{
+    CommitTableRequest, CommitTableResponse, ListNamespaceResponse, ListTablesResponse,
+    LoadTableResult, NamespaceResponse, StorageCredential,
+};
+use serde_json::json;
+
+use super::AppState;
+use crate::catalog::IcebergCatalog;
+use crate::catalog::append::{Refusal, apply_append, check_append};
+use crate::credentials::AccessMode;
+use crate::download::{DownloadId, DownloadState, find_download};
+use crate::session::token::{self, PROP_ACCESS_TOKEN, TokenKind};
+use crate::upload::{Staging, UploadId, UploadState, find_staging};
+
+/// The endpoints served, as `GET /v1/config` lists them (clients use exactly
+/// these).
+const ENDPOINTS: &[&str] = &[
+    "GET /v1/{prefix}/namespaces",
+    "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
+];
+
+/// The REST catalog's routes.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/iceberg/v1/config", get(config))
+        .route("/iceberg/v1/namespaces", get(list_namespaces))
+        .route(
+            "/iceberg/v1/namespaces/{namespace}",
+            get(load_namespace).head(namespace_exists),
+        )
+        .route(
+            "/iceberg/v1/namespaces/{namespace}/tables",
+            get(list_tables),
+        )
+        .route(
+            "/iceberg/v1/namespaces/{namespace}/tables/{table}",
+            get(load_table).head(table_exists).post(commit_table),
+        )
+        .route(
+            "/iceberg/v1/namespaces/{namespace}/tables/{table}/credentials",
+            get(credentials),
+        )
+}
+
+/// An error as the REST protocol returns it: `{"error": {"message", "type",
+/// "code"}}`; clients map the code to their exceptions (409 is a retryable
+/// commit failure).
+#[derive(Debug)]
+pub(crate) struct RestError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl RestError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    fn not_found(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NoSuchTableException",
+            format!("{what} does not exist or is not this session's"),
+        )
+    }
+}
+
+impl From<crate::error::Error> for RestError {
+    fn from(error: crate::error::Error) -> Self {
+        use crate::error::ErrorKind;
+        let (status, kind) = match error.kind() {
+            ErrorKind::User => (StatusCode::BAD_REQUEST, "BadRequestException"),
+            ErrorKind::NotFound => (StatusCode::NOT_FOUND, "NoSuchTableException"),
+            ErrorKind::Conflict => (StatusCode::CONFLICT, "CommitFailedException"),
+            ErrorKind::Upstream => (StatusCode::BAD_GATEWAY, "ServiceUnavailableException"),
+            ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError"),
+        };
+        Self::new(status, kind, error.user_message())
+    }
+}
+
+impl From<iceberg::Error> for RestError {
+    fn from(error: iceberg::Error) -> Self {
+        crate::error::Error::from(error).into()
+    }
+}
+
+impl IntoResponse for RestError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"message": self.message, "type": self.kind, "code": self.status.as_u16()}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type RestResult = std::result::Result<Response, RestError>;
+
+/// The session a request's token opens: its table, as the catalog holds it
+/// now, and where icestage placed it.
+struct Access {
+    catalog: Arc<IcebergCatalog>,
+    table: Table,
+    location: String,
+    /// The session's id.
+    session: String,
+    /// An upload's session (appends allowed while it is open or failed);
+    /// `None` for a download (read only).
+    upload: Option<Staging>,
+}
+
+impl Access {
+    fn ident(&self) -> &TableIdent {
+        self.table.identifier()
+    }
+
+    /// `namespace` (and `table`) as the request names them, if they are
+    /// this session's; 404 otherwise.
+    fn check(&self, namespace: &str, table: Option<&str>) -> std::result::Result<(), RestError> {
+        let ident = self.ident();
+        let same_namespace = NamespaceIdent::from_strs(namespace.split('\u{1f}'))
+            .is_ok_and(|ns| &ns == ident.namespace());
+        let same_table = table.is_none_or(|t| t == ident.name());
+        if same_namespace && same_table {
+            Ok(())
+        } else {
+            let name = match table {
+                Some(table) => format!("table {namespace}.{table}"),
+                None => format!("namespace {namespace}"),
+            };
+            Err(RestError::not_found(&name))
+        }
+    }
+}
+
+/// The session of the bearer token in `headers`: 401 without one, 403 when
+/// the session is over (a token lives as long as its session).
+async fn access(state: &AppState, headers: &HeaderMap) -> std::result::Result<Access, RestError> {
+    let unauthorized =
+        |m: &str| RestError::new(StatusCode::UNAUTHORIZED, "NotAuthorizedException", m);
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| unauthorized("send the session's token as Authorization: Bearer <token>"))?;
+    let (kind, id, secret) = token::parse(presented)
+        .ok_or_else(|| unauthorized("the token is not a session token icestage issued"))?;
+    match kind {
+        TokenKind::Upload => {
+            let id = UploadId::parse(id).map_err(|_| unauthorized("the token is not valid"))?;
+            let staging = find_staging(&state.0.icestage, &id)
+                .await?
+                .filter(|s| {
+                    token::matches(
+                        secret,
+                        s.table.metadata().properties().get(PROP_ACCESS_TOKEN),
+                    )
+                })
+                .ok_or_else(|| unauthorized("the token is not valid, or its upload has ended"))?;
+            if staging.is_expired(Utc::now()) || staging.tampered.is_some() {
+                return Err(RestError::new(
+                    StatusCode::FORBIDDEN,
+                    "ForbiddenException",
+                    format!("upload {id} has expired or can no longer be promoted"),
+                ));
+            }
+            let location = crate::upload::confine::assigned_location(&staging).await?;
+            Ok(Access {
+                catalog: Arc::clone(&staging.catalog),
+                table: staging.table.clone(),
+                location,
+                session: staging.id.to_string(),
+                upload: Some(staging),
+            })
+        }
+        TokenKind::Download => {
+            let id = DownloadId::parse(id).map_err(|_| unauthorized("the token is not valid"))?;
+            let download = find_download(&state.0.icestage, &id)
+                .await?
+                .filter(|d| {
+                    token::matches(
+                        secret,
+                        d.table.metadata().properties().get(PROP_ACCESS_TOKEN),
+                    )
+                })
+                .ok_or_else(|| unauthorized("the token is not valid, or its download has ended"))?;
+            if download.state != DownloadState::Ready || download.is_expired(Utc::now()) {
+                return Err(RestError::new(
+                    StatusCode::FORBIDDEN,
+                    "ForbiddenException",
+                    format!(
+                        "download {id} is {}: it can no longer be read",
+                        download.state
+                    ),
+                ));
+            }
+            let location = download
+                .catalog
+                .default_table_location(download.table.identifier())
+                .unwrap_or_else(|| download.table.metadata().location().to_string());
+            Ok(Access {
+                catalog: Arc::clone(&download.catalog),
+                table: download.table,
+                location,
+                session: download.id.to_string(),
+                upload: None,
+            })
+        }
+    }
+}
+
+async fn config(State(state): State<AppState>, headers: HeaderMap) -> RestResult {
+    access(&state, &headers).await?;
+    Ok(Json(json!({
+        "defaults": {},
+        "overrides": {},
+        "endpoints": ENDPOINTS,
+    }))
+    .into_response())
+}
+
+async fn list_namespaces(State(state): State<AppState>, headers: HeaderMap) -> RestResult {
+    let access = access(&state, &headers).await?;
+    Ok(Json(ListNamespaceResponse {
+        namespaces: vec![access.ident().namespace().clone()],
+        next_page_token: None,
+    })
+    .into_response())
+}
+
+async fn load_namespace(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(namespace): Path<String>,
+) -> RestResult {
+    let access = access(&state, &headers).await?;
+    access.check(&namespace, None)?;
+    Ok(Json(NamespaceResponse {
+        namespace: access.ident().namespace().clone(),
+        properties: HashMap::new(),
+    })
+    .into_response())
+}
+
+async fn namespace_exists(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(namespace): Path<String>,
+) -> RestResult {
+    access(&state, &headers).await?.check(&namespace, None)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn list_tables(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(namespace): Path<String>,
+) -> RestResult {
+    let access = access(&state, &headers).await?;
+    access.check(&namespace, None)?;
+    Ok(Json(ListTablesResponse {
+        identifiers: vec![access.ident().clone()],
+        next_page_token: None,
+    })
+    .into_response())
+}
+
+/// What a client needs to read or write the session's files: the storage
+/// properties of the catalog (`s3.endpoint`, `s3.region`, ...) and, on S3,
+/// credentials vended for the table's location alone, ending no later than
+/// the session; nothing for a local warehouse (the paths are on the
+/// client's own disk).
+async fn storage(
+    state: &AppState,
+    access: &Access,
+) -> std::result::Result<HashMap<String, String>, RestError> {
+    let mode = match access.upload {
+        Some(_) => AccessMode::Write,
+        None => AccessMode::Read,
+    };
+    let vended = state
+        .ops()
+        .vend_credentials(&access.session, Some(mode), None)
+        .await?;
+    let properties: HashMap<String, String> =
+        serde_json::from_str(&vended.connection).unwrap_or_default();
+    let mut storage: HashMap<String, String> = properties
+        .into_iter()
+        .filter(|(key, _)| key.starts_with("s3."))
+        .collect();
+    if let Some(expiration) = vended.expiration {
+        storage.insert(
+            "s3.session-token-expires-at-ms".to_string(),
+            expiration.timestamp_millis().to_string(),
+        );
+    }
+    Ok(storage)
+}
+
+async fn load_table(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((namespace, table)): Path<(String, String)>,
+) -> RestResult {
+    let access = access(&state, &headers).await?;
+    access.check(&namespace, Some(&table))?;
+    let config = storage(&state, &access).await?;
+    Ok(Json(LoadTableResult {
+        metadata_location: access.table.metadata_location().map(str::to_string),
+        metadata: access.table.metadata().clone(),
+        storage_credentials: Some(vec![StorageCredential {
+            prefix: access.location.clone(),
+            config: config.clone(),
+        }]),
+        config,
+    })
+    .into_response())
+}
+
+async fn table_exists(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((namespace, table)): Path<(String, String)>,
+) -> RestResult {
+    access(&state, &headers)
+        .await?
+        .check(&namespace, Some(&table))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn credentials(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((namespace, table)): Path<(String, String)>,
+) -> RestResult {
+    let access = access(&state, &headers).await?;
+    access.check(&namespace, Some(&table))?;
+    let config = storage(&state, &access).await?;
+    Ok(Json(json!({"storage-credentials": [StorageCredential {
+        prefix: access.location.clone(),
+        config,
+    }]}))
+    .into_response())
+}
+
+async fn commit_table(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((namespace, table)): Path<(String, String)>,
+    body: std::result::Result<Json<CommitTableRequest>, axum::extract::rejection::JsonRejection>,
+) -> RestResult {
+    let access = access(&state, &headers).await?;
+    access.check(&namespace, Some(&table))?;
+    let Json(request) = body.map_err(|e| {
+        RestError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            format!("the commit is not valid: {}", e.body_text()),
+        )
+    })?;
+    let Some(staging) = &access.upload else {
+        return Err(RestError::new(
+            StatusCode::FORBIDDEN,
+            "ForbiddenException",
+            "this session reads its table; it cannot commit",
+        ));
+    };
+    if !matches!(staging.state, UploadState::Open | UploadState::Failed) {
+        return Err(RestError::new(
+            StatusCode::CONFLICT,
+            "CommitFailedException",
+            format!(
+                "upload {} is {}: its rows can no longer change",
+                staging.id, staging.state
+            ),
+        ));
+    }
+    let refused = |refusal: Refusal| match refusal {
+        Refusal::Invalid(message) => {
+            RestError::new(StatusCode::FORBIDDEN, "ForbiddenException", message)
+        }
+        Refusal::Conflict(message) => {
+            RestError::new(StatusCode::CONFLICT, "CommitFailedException", message)
+        }
+    };
+    check_append(
+        &access.table,
+        &access.location,
+        &request.requirements,
+        &request.updates,
+    )
+    .map_err(refused)?;
+    // Applied against the version checked above: a claim taken or an append
+    // landed since moves the pointer, and this commit conflicts.
+    let (metadata_location, metadata) =
+        apply_append(&access.catalog, &access.table, request.updates)
+            .await?
+            .map_err(refused)?;
+    Ok(Json(CommitTableResponse {
+        metadata_location,
+        metadata,
+    })
+    .into_response())
+}
