@@ -109,7 +109,7 @@ pub(crate) async fn delete_confined(table: &Table, location: &str, removal: Remo
                 continue;
             }
             metadata.insert(manifest.manifest_path.clone());
-            if let Ok(loaded) = manifest.load_manifest(io).await {
+            if let Ok(loaded) = super::manifest::load(table, manifest).await {
                 data.extend(
                     loaded
                         .entries()

@@ -10,6 +10,7 @@ pub(crate) mod append;
 pub(crate) mod commit;
 pub(crate) mod confine;
 pub(crate) mod insert;
+pub(crate) mod manifest;
 pub(crate) mod pointer;
 pub(crate) mod provider;
 pub(crate) mod registry;

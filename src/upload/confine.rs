@@ -63,7 +63,7 @@ pub(crate) async fn confinement(
                 outside.push(manifest.manifest_path.clone());
                 continue;
             }
-            let loaded = manifest.load_manifest(table.file_io()).await?;
+            let loaded = crate::catalog::manifest::load(table, manifest).await?;
             outside.extend(
                 loaded
                     .entries()

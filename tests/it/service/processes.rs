@@ -243,3 +243,109 @@ async fn a_rest_client_reaches_only_its_staging_table() {
         "5"
     );
 }
+
+/// DuckDB (its iceberg extension, loaded offline) as a third client of the
+/// REST catalog: it ATTACHes with an upload's token and INSERTs into the
+/// staging table, which promotes (its manifests name the wrong schema in
+/// their metadata, which promotion reads past), then reads a download with
+/// the download's token and is refused an INSERT there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duckdb_writes_an_upload_and_reads_a_download_through_the_rest_catalog() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let service = Service::start(&write_config(&warehouse, ""));
+    let out = python_script(
+        "duckdb_client.py",
+        &[&service.url, TOKEN, "payments.transactions"],
+    );
+    let seen: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(seen["tables"].as_array().map(Vec::len), Some(1), "{seen}");
+    assert_eq!(
+        (
+            text(&seen["upload"], "state"),
+            seen["upload"]["rows"].as_i64()
+        ),
+        ("promoted".to_string(), Some(2)),
+        "{seen}"
+    );
+    assert_eq!(seen["download_rows"].as_i64(), Some(2), "{seen}");
+    assert_eq!(seen["download_insert"], "refused", "{seen}");
+}
+
+/// iceberg-rust's own `RestCatalog`, in process, as the client: it reaches
+/// the staging table and nothing else, and DataFusion's `INSERT INTO` over
+/// it (iceberg-datafusion's writer, committed through the REST catalog)
+/// lands rows that promote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn iceberg_rust_s_rest_catalog_writes_an_upload() {
+    use iceberg::{Catalog, CatalogBuilder, TableIdent};
+    use iceberg_catalog_rest::RestCatalogBuilder;
+    use iceberg_datafusion::IcebergCatalogProvider;
+    use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
+
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let service = Service::start(&write_config(&warehouse, ""));
+    let http = reqwest::Client::new();
+    let upload = post_json(
+        &http,
+        format!("{}/uploads", service.url),
+        json!({"table": "payments.transactions"}),
+    )
+    .await;
+    let props = std::collections::HashMap::from(["uri", "token"].map(|key| {
+        (
+            key.to_string(),
+            upload["connection"][key].as_str().unwrap().to_string(),
+        )
+    }));
+    let catalog: Arc<dyn Catalog> = Arc::new(
+        RestCatalogBuilder::default()
+            .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
+            .load("icestage", props)
+            .await
+            .unwrap(),
+    );
+    let target = TableIdent::from_strs(["payments", "transactions"]).unwrap();
+    assert!(catalog.load_table(&target).await.is_err());
+    let staging = text(&upload, "staging_table");
+    let staging_ident = TableIdent::from_strs(staging.split('.')).unwrap();
+    assert!(catalog.load_table(&staging_ident).await.is_ok());
+
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_catalog(
+        "lake",
+        Arc::new(IcebergCatalogProvider::try_new(catalog).await.unwrap()),
+    );
+    ctx.sql(&format!(
+        "INSERT INTO lake.{staging} VALUES \
+         ('t1', 'a1', 100, 'usd', TIMESTAMP '2026-07-01 00:00:00Z'), \
+         ('t2', 'a2', 200, 'eur', TIMESTAMP '2026-07-02 00:00:00Z'), \
+         ('t3', 'a3', 300, 'usd', TIMESTAMP '2026-07-03 00:00:00Z')"
+    ))
+    .await
+    .unwrap()
+    .collect()
+    .await
+    .unwrap();
+
+    let id = text(&upload, "upload_id");
+    let response = http
+        .post(format!("{}/uploads/{id}/complete", service.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let done = wait_state(
+        &http,
+        &format!("{}/uploads/{id}", service.url),
+        &["promoted", "failed"],
+    )
+    .await;
+    assert_eq!(
+        (text(&done, "state"), done["rows"].as_i64()),
+        ("promoted".to_string(), Some(3)),
+        "{done}"
+    );
+}
