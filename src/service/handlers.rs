@@ -323,7 +323,12 @@ pub(crate) async fn create_download(
         ..DownloadOptions::default()
     };
     let created = state.ops().create_download(query, options).await?;
-    answer(StatusCode::ACCEPTED, created)
+    // Read access comes from POST /downloads/{id}/credentials once the
+    // download is ready: a REST connection with a read token, never the
+    // backend catalog.
+    let mut body = json_of(&[created])?.into_iter().next().unwrap_or_default();
+    body.insert("connection".to_string(), Json_::Null);
+    Ok((StatusCode::ACCEPTED, Json(Json_::Object(body))).into_response())
 }
 
 pub(crate) async fn download_status(

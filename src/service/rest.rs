@@ -327,6 +327,17 @@ async fn storage(
             "s3.session-token-expires-at-ms".to_string(),
             expiration.timestamp_millis().to_string(),
         );
+        // Where a client fetches fresh keys before these end (relative to
+        // the catalog URI, as Iceberg's REST clients resolve it).
+        let ident = access.ident();
+        storage.insert(
+            "client.refresh-credentials-endpoint".to_string(),
+            format!(
+                "v1/namespaces/{}/tables/{}/credentials",
+                ident.namespace().join("%1F"),
+                ident.name()
+            ),
+        );
     }
     Ok(storage)
 }

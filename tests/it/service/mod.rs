@@ -166,10 +166,16 @@ struct Service {
 
 impl Service {
     fn start(config_path: &std::path::Path) -> Self {
+        Self::start_with(config_path, &[])
+    }
+
+    /// [`Service::start`] with environment variables (a failpoint).
+    fn start_with(config_path: &std::path::Path, env: &[(&str, &str)]) -> Self {
         let binary =
             std::env::var_os("ICESTAGE_SERVE_BIN").unwrap_or(env!("CARGO_BIN_EXE_icestage").into());
         let mut child = Command::new(binary)
             .args(["serve", "--config", config_path.to_str().unwrap()])
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

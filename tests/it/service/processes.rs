@@ -272,16 +272,111 @@ async fn duckdb_writes_an_upload_and_reads_a_download_through_the_rest_catalog()
     assert_eq!(seen["download_insert"], "refused", "{seen}");
 }
 
+/// A REST catalog over the upload `upload` (the body of `POST /uploads`),
+/// as iceberg-rust's `RestCatalog`, and a DataFusion session that writes
+/// through it as catalog `lake`.
+async fn rest_session(
+    upload: &Value,
+) -> (
+    Arc<dyn iceberg::Catalog>,
+    datafusion::prelude::SessionContext,
+) {
+    use iceberg::CatalogBuilder;
+    use iceberg_catalog_rest::RestCatalogBuilder;
+    use iceberg_datafusion::IcebergCatalogProvider;
+    use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
+
+    let props = std::collections::HashMap::from(["uri", "token"].map(|key| {
+        (
+            key.to_string(),
+            upload["connection"][key].as_str().unwrap().to_string(),
+        )
+    }));
+    let catalog: Arc<dyn iceberg::Catalog> = Arc::new(
+        RestCatalogBuilder::default()
+            .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
+            .load("icestage", props)
+            .await
+            .unwrap(),
+    );
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_catalog(
+        "lake",
+        Arc::new(
+            IcebergCatalogProvider::try_new(Arc::clone(&catalog))
+                .await
+                .unwrap(),
+        ),
+    );
+    (catalog, ctx)
+}
+
+/// Three rows into `staging` through `ctx` (plain DataFusion over the REST
+/// catalog); the error's text when the commit is refused.
+async fn insert_three(
+    ctx: &datafusion::prelude::SessionContext,
+    staging: &str,
+) -> std::result::Result<(), String> {
+    let sql = format!(
+        "INSERT INTO lake.{staging} VALUES \
+         ('t1', 'a1', 100, 'usd', TIMESTAMP '2026-07-01 00:00:00Z'), \
+         ('t2', 'a2', 200, 'eur', TIMESTAMP '2026-07-02 00:00:00Z'), \
+         ('t3', 'a3', 300, 'usd', TIMESTAMP '2026-07-03 00:00:00Z')"
+    );
+    let frame = ctx.sql(&sql).await.map_err(|e| e.to_string())?;
+    frame.collect().await.map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Once a promotion holds the upload (stopped by a failpoint just after its
+/// claim, in a real service process), a client's commit is a conflict: the
+/// rows being validated cannot change under the validation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_after_the_promotion_claim_is_a_conflict() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let service = Service::start_with(
+        &write_config(&warehouse, ""),
+        &[("ICESTAGE_FAILPOINT", "promote.after-validation")],
+    );
+    let http = reqwest::Client::new();
+    let upload = post_json(
+        &http,
+        format!("{}/uploads", service.url),
+        json!({"table": "payments.transactions"}),
+    )
+    .await;
+    let (_, ctx) = rest_session(&upload).await;
+    let staging = text(&upload, "staging_table");
+    insert_three(&ctx, &staging).await.unwrap();
+    let id = text(&upload, "upload_id");
+    let response = http
+        .post(format!("{}/uploads/{id}/complete", service.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    wait_state(
+        &http,
+        &format!("{}/uploads/{id}", service.url),
+        &["promoting"],
+    )
+    .await;
+    let refused = insert_three(&ctx, &staging).await.unwrap_err();
+    assert!(
+        refused.contains("409") || refused.contains("CommitFailed"),
+        "{refused}"
+    );
+    assert!(refused.contains("promoting"), "{refused}");
+}
+
 /// iceberg-rust's own `RestCatalog`, in process, as the client: it reaches
 /// the staging table and nothing else, and DataFusion's `INSERT INTO` over
 /// it (iceberg-datafusion's writer, committed through the REST catalog)
 /// lands rows that promote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn iceberg_rust_s_rest_catalog_writes_an_upload() {
-    use iceberg::{Catalog, CatalogBuilder, TableIdent};
-    use iceberg_catalog_rest::RestCatalogBuilder;
-    use iceberg_datafusion::IcebergCatalogProvider;
-    use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
+    use iceberg::TableIdent;
 
     let warehouse = Warehouse::new();
     target(&warehouse).await;
@@ -293,41 +388,13 @@ async fn iceberg_rust_s_rest_catalog_writes_an_upload() {
         json!({"table": "payments.transactions"}),
     )
     .await;
-    let props = std::collections::HashMap::from(["uri", "token"].map(|key| {
-        (
-            key.to_string(),
-            upload["connection"][key].as_str().unwrap().to_string(),
-        )
-    }));
-    let catalog: Arc<dyn Catalog> = Arc::new(
-        RestCatalogBuilder::default()
-            .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
-            .load("icestage", props)
-            .await
-            .unwrap(),
-    );
+    let (catalog, ctx) = rest_session(&upload).await;
     let target = TableIdent::from_strs(["payments", "transactions"]).unwrap();
     assert!(catalog.load_table(&target).await.is_err());
     let staging = text(&upload, "staging_table");
     let staging_ident = TableIdent::from_strs(staging.split('.')).unwrap();
     assert!(catalog.load_table(&staging_ident).await.is_ok());
-
-    let ctx = datafusion::prelude::SessionContext::new();
-    ctx.register_catalog(
-        "lake",
-        Arc::new(IcebergCatalogProvider::try_new(catalog).await.unwrap()),
-    );
-    ctx.sql(&format!(
-        "INSERT INTO lake.{staging} VALUES \
-         ('t1', 'a1', 100, 'usd', TIMESTAMP '2026-07-01 00:00:00Z'), \
-         ('t2', 'a2', 200, 'eur', TIMESTAMP '2026-07-02 00:00:00Z'), \
-         ('t3', 'a3', 300, 'usd', TIMESTAMP '2026-07-03 00:00:00Z')"
-    ))
-    .await
-    .unwrap()
-    .collect()
-    .await
-    .unwrap();
+    insert_three(&ctx, &staging).await.unwrap();
 
     let id = text(&upload, "upload_id");
     let response = http
