@@ -37,6 +37,9 @@ use crate::config::format_duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::upload::UploadId;
 
+/// Token buckets kept before idle ones are dropped.
+const MAX_BUCKETS: usize = 10_000;
+
 /// The service's shared state.
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
@@ -101,6 +104,35 @@ impl AppState {
             "uri": format!("{}/iceberg", base.trim_end_matches('/')),
             "token": token,
         })
+    }
+
+    /// Takes one request from `key`'s token bucket (requests_per_minute,
+    /// refilled continuously); `Some(seconds to wait)` when it is empty.
+    pub(crate) fn admit(&self, key: &str) -> Option<u64> {
+        let rate = f64::from(self.0.config.service.requests_per_minute.max(1));
+        let mut buckets = self.0.buckets.lock().expect("buckets");
+        // Keys may come from unauthenticated requests (session tokens are
+        // checked after this): a bucket idle for a minute is full again and
+        // can go, and the map never holds more than MAX_BUCKETS.
+        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(key) {
+            buckets.retain(|_, (_, last)| last.elapsed() < Duration::from_secs(60));
+            if buckets.len() >= MAX_BUCKETS {
+                // More distinct callers in a minute than the service tracks:
+                // a new one waits.
+                return Some(1);
+            }
+        }
+        let (tokens, last) = buckets
+            .entry(key.to_string())
+            .or_insert((rate, Instant::now()));
+        let now = Instant::now();
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate / 60.0).min(rate);
+        *last = now;
+        if *tokens < 1.0 {
+            return Some((((1.0 - *tokens) * 60.0 / rate).ceil() as u64).max(1));
+        }
+        *tokens -= 1.0;
+        None
     }
 
     /// The operations, on the service's session.
@@ -283,29 +315,18 @@ impl FromRequestParts<AppState> for Caller {
         let token = found
             .cloned()
             .ok_or_else(|| unauthorized("the bearer token is not valid"))?;
-        // A token bucket per token: requests_per_minute, refilled continuously.
-        let rate = f64::from(state.0.config.service.requests_per_minute.max(1));
-        let mut buckets = state.0.buckets.lock().expect("buckets");
-        let (tokens, last) = buckets
-            .entry(token.name.clone())
-            .or_insert((rate, Instant::now()));
-        let now = Instant::now();
-        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate / 60.0).min(rate);
-        *last = now;
-        if *tokens < 1.0 {
-            let wait = ((1.0 - *tokens) * 60.0 / rate).ceil() as u64;
+        if let Some(wait) = state.admit(&token.name) {
             let mut error = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 format!(
                     "token '{}' made more than {} requests a minute: retry after {wait}s",
-                    token.name, rate as u32
+                    token.name, state.0.config.service.requests_per_minute
                 ),
             );
-            error.retry_after = Some(wait.max(1));
+            error.retry_after = Some(wait);
             return Err(error);
         }
-        *tokens -= 1.0;
         Ok(Caller(token))
     }
 }

@@ -179,6 +179,18 @@ async fn access(state: &AppState, headers: &HeaderMap) -> std::result::Result<Ac
         .ok_or_else(|| unauthorized("send the session's token as Authorization: Bearer <token>"))?;
     let (kind, id, secret) = token::parse(presented)
         .ok_or_else(|| unauthorized("the token is not a session token icestage issued"))?;
+    // Each session has the request rate of an API token, counted before any
+    // catalog work.
+    if let Some(wait) = state.admit(&format!("session:{id}")) {
+        return Err(RestError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "SlowDownException",
+            format!(
+                "session {id} made more than {} requests a minute: retry after {wait}s",
+                state.0.config.service.requests_per_minute
+            ),
+        ));
+    }
     match kind {
         TokenKind::Upload => {
             let id = UploadId::parse(id).map_err(|_| unauthorized("the token is not valid"))?;

@@ -400,6 +400,70 @@ async fn each_token_has_a_rate_limit() {
     assert_ne!(status, StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// The REST catalog answers its own protocol's errors: no token 401, a
+/// forged one 401, another table 404, and a session past the request rate
+/// 429, counted before any catalog work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rest_catalog_refuses_by_its_protocol() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let limited =
+        config(&warehouse, "").replace("requests_per_minute = 10000", "requests_per_minute = 4");
+    let app = app(&limited).await;
+    let (status, upload) = call(
+        &app,
+        "POST",
+        "/uploads",
+        Some(TOKEN),
+        Some(r#"{"table": "payments.transactions"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{upload}");
+    let token = upload["connection"]["token"].as_str().unwrap().to_string();
+    let (status, error) = call(&app, "GET", "/iceberg/v1/config", None, None).await;
+    assert_eq!(
+        (status, error["error"]["type"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("NotAuthorizedException"))
+    );
+    // The same session id, another secret.
+    let last = if token.ends_with('0') { "1" } else { "0" };
+    let forged = format!("{}{last}", &token[..token.len() - 1]);
+    let (status, _) = call(&app, "GET", "/iceberg/v1/config", Some(&forged), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, config) = call(&app, "GET", "/iceberg/v1/config", Some(&token), None).await;
+    assert_eq!(status, StatusCode::OK, "{config}");
+    assert!(
+        config["endpoints"].as_array().unwrap().len() >= 8,
+        "{config}"
+    );
+    let (status, missing) = call(
+        &app,
+        "GET",
+        "/iceberg/v1/namespaces/payments/tables/transactions",
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, missing["error"]["type"].as_str()),
+        (StatusCode::NOT_FOUND, Some("NoSuchTableException")),
+        "{missing}"
+    );
+    // The forged token counted too (one session id): the fourth request
+    // passes, the fifth is over the rate.
+    let (status, _) = call(&app, "GET", "/iceberg/v1/namespaces", Some(&token), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, limited) = call(&app, "GET", "/iceberg/v1/config", Some(&token), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{limited}");
+    assert!(
+        limited["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 4 requests a minute"),
+        "{limited}"
+    );
+}
+
 /// A request slower than `request_timeout` is cut off with 504, and being
 /// cut off half-way leaves nothing half-made: the retry with the same
 /// idempotency key, given time to finish, opens exactly one upload.
