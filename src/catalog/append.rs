@@ -160,34 +160,10 @@ pub(crate) async fn apply_append(
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-    use std::sync::Arc;
 
-    use iceberg::spec::{
-        NestedField, PrimitiveType, Schema, Snapshot, SnapshotReference, Summary, Type,
-    };
-    use iceberg::{NamespaceIdent, TableIdent};
+    use iceberg::spec::{Snapshot, SnapshotReference, Summary};
 
     use super::*;
-    use crate::config::IcestageConfig;
-
-    async fn table(dir: &std::path::Path) -> (IcebergCatalog, Table) {
-        let config = IcestageConfig::embedded(dir).unwrap();
-        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
-        let ident = TableIdent::new(NamespaceIdent::new("s".into()), "t".into());
-        let table = catalog
-            .table_or_create(&ident, || {
-                Ok(Schema::builder()
-                    .with_fields(vec![Arc::new(NestedField::required(
-                        1,
-                        "id",
-                        Type::Primitive(PrimitiveType::Long),
-                    ))])
-                    .build()?)
-            })
-            .await
-            .unwrap();
-        (catalog, table)
-    }
 
     fn append(
         table: &Table,
@@ -227,7 +203,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn only_appends_under_the_location_on_the_version_they_build_on() {
         let dir = tempfile::tempdir().unwrap();
-        let (catalog, table) = table(dir.path()).await;
+        let (catalog, table) = super::super::test_table(dir.path()).await;
         let location = table.metadata().location().to_string();
         let inside = format!("{location}/metadata/snap-1.avro");
         let pin = vec![TableRequirement::RefSnapshotIdMatch {

@@ -246,29 +246,11 @@ pub(crate) async fn swap_properties(
 
 #[cfg(test)]
 mod tests {
-    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
-    use iceberg::{NamespaceIdent, TableIdent};
 
     use super::*;
-    use crate::config::IcestageConfig;
 
     async fn embedded(dir: &std::path::Path) -> (IcebergCatalog, Table) {
-        let config = IcestageConfig::embedded(dir).unwrap();
-        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
-        let ident = TableIdent::new(NamespaceIdent::new("s".into()), "t".into());
-        let table = catalog
-            .table_or_create(&ident, || {
-                Ok(Schema::builder()
-                    .with_fields(vec![Arc::new(NestedField::required(
-                        1,
-                        "id",
-                        Type::Primitive(PrimitiveType::Long),
-                    ))])
-                    .build()?)
-            })
-            .await
-            .unwrap();
-        (catalog, table)
+        super::super::test_table(dir).await
     }
 
     fn unset(key: &'static str) -> impl Fn(&HashMap<String, String>) -> bool + Send + Sync {

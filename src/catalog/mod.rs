@@ -437,3 +437,27 @@ pub(crate) fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> 
     }
     tokio::task::block_in_place(|| handle.block_on(future))
 }
+
+/// What the catalog's unit tests share: a table `s.t` (one `id` column) in
+/// a fresh embedded catalog under `dir`.
+#[cfg(test)]
+pub(crate) async fn test_table(dir: &std::path::Path) -> (IcebergCatalog, Table) {
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+
+    let config = crate::config::IcestageConfig::embedded(dir).unwrap();
+    let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
+    let ident = TableIdent::new(NamespaceIdent::new("s".into()), "t".into());
+    let table = catalog
+        .table_or_create(&ident, || {
+            Ok(Schema::builder()
+                .with_fields(vec![Arc::new(NestedField::required(
+                    1,
+                    "id",
+                    Type::Primitive(PrimitiveType::Long),
+                ))])
+                .build()?)
+        })
+        .await
+        .unwrap();
+    (catalog, table)
+}

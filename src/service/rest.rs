@@ -196,12 +196,7 @@ async fn access(state: &AppState, headers: &HeaderMap) -> std::result::Result<Ac
             let id = UploadId::parse(id).map_err(|_| unauthorized("the token is not valid"))?;
             let staging = find_staging(&state.0.icestage, &id)
                 .await?
-                .filter(|s| {
-                    token::matches(
-                        secret,
-                        s.table.metadata().properties().get(PROP_ACCESS_TOKEN),
-                    )
-                })
+                .filter(|s| holds(&s.table, secret))
                 .ok_or_else(|| unauthorized("the token is not valid, or its upload has ended"))?;
             if staging.is_expired(Utc::now()) || staging.tampered.is_some() {
                 return Err(RestError::new(
@@ -223,12 +218,7 @@ async fn access(state: &AppState, headers: &HeaderMap) -> std::result::Result<Ac
             let id = DownloadId::parse(id).map_err(|_| unauthorized("the token is not valid"))?;
             let download = find_download(&state.0.icestage, &id)
                 .await?
-                .filter(|d| {
-                    token::matches(
-                        secret,
-                        d.table.metadata().properties().get(PROP_ACCESS_TOKEN),
-                    )
-                })
+                .filter(|d| holds(&d.table, secret))
                 .ok_or_else(|| unauthorized("the token is not valid, or its download has ended"))?;
             if download.state != DownloadState::Ready || download.is_expired(Utc::now()) {
                 return Err(RestError::new(
@@ -253,6 +243,11 @@ async fn access(state: &AppState, headers: &HeaderMap) -> std::result::Result<Ac
             })
         }
     }
+}
+
+/// Whether `table` keeps the hash of `secret` as its session's token.
+fn holds(table: &Table, secret: &str) -> bool {
+    token::matches(secret, table.metadata().properties().get(PROP_ACCESS_TOKEN))
 }
 
 async fn config(State(state): State<AppState>, headers: HeaderMap) -> RestResult {
