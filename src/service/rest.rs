@@ -16,10 +16,11 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use chrono::Utc;
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
@@ -48,6 +49,7 @@ const ENDPOINTS: &[&str] = &[
     "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
+    "POST /v1/{prefix}/transactions/commit",
 ];
 
 /// The REST catalog's routes.
@@ -71,6 +73,7 @@ pub(crate) fn routes() -> Router<AppState> {
             "/iceberg/v1/namespaces/{namespace}/tables/{table}/credentials",
             get(credentials),
         )
+        .route("/iceberg/v1/transactions/commit", post(commit_transaction))
 }
 
 /// An error as the REST protocol returns it: `{"error": {"message", "type",
@@ -399,17 +402,77 @@ async fn commit_table(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((namespace, table)): Path<(String, String)>,
-    body: std::result::Result<Json<CommitTableRequest>, axum::extract::rejection::JsonRejection>,
+    body: std::result::Result<Json<CommitTableRequest>, JsonRejection>,
 ) -> RestResult {
     let access = access(&state, &headers).await?;
     access.check(&namespace, Some(&table))?;
-    let Json(request) = body.map_err(|e| {
+    let (metadata_location, metadata) = commit(&access, request(body)?).await?;
+    Ok(Json(CommitTableResponse {
+        metadata_location,
+        metadata,
+    })
+    .into_response())
+}
+
+/// The body of `POST /v1/transactions/commit`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) struct CommitTransactionRequest {
+    table_changes: Vec<CommitTableRequest>,
+}
+
+/// The multi-table commit (DuckDB uses it when it is listed): a session
+/// reaches one table, so the transaction holds one change, to that table.
+async fn commit_transaction(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: std::result::Result<Json<CommitTransactionRequest>, JsonRejection>,
+) -> RestResult {
+    let access = access(&state, &headers).await?;
+    let mut changes = request(body)?.table_changes;
+    let (Some(change), true) = (changes.pop(), changes.is_empty()) else {
+        return Err(RestError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            "a session's transaction changes exactly one table, its own",
+        ));
+    };
+    match &change.identifier {
+        Some(ident) if ident == access.ident() => {}
+        Some(ident) => return Err(RestError::not_found(&format!("table {ident}"))),
+        None => {
+            return Err(RestError::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequestException",
+                "each table change of a transaction names its table (identifier)",
+            ));
+        }
+    }
+    commit(&access, change).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A request body, or a 400 that says what is wrong with it.
+fn request<T>(
+    body: std::result::Result<Json<T>, JsonRejection>,
+) -> std::result::Result<T, RestError> {
+    body.map(|Json(request)| request).map_err(|e| {
         RestError::new(
             StatusCode::BAD_REQUEST,
             "BadRequestException",
             format!("the commit is not valid: {}", e.body_text()),
         )
-    })?;
+    })
+}
+
+/// Commits `request` to the session's table: an upload's append, checked
+/// and applied on the version checked (a claim taken or an append landed
+/// since moves the pointer, and the commit conflicts). The new metadata and
+/// its location.
+async fn commit(
+    access: &Access,
+    request: CommitTableRequest,
+) -> std::result::Result<(String, iceberg::spec::TableMetadata), RestError> {
     let Some(staging) = &access.upload else {
         return Err(RestError::new(
             StatusCode::FORBIDDEN,
@@ -442,15 +505,7 @@ async fn commit_table(
         &request.updates,
     )
     .map_err(refused)?;
-    // Applied against the version checked above: a claim taken or an append
-    // landed since moves the pointer, and this commit conflicts.
-    let (metadata_location, metadata) =
-        apply_append(&access.catalog, &access.table, request.updates)
-            .await?
-            .map_err(refused)?;
-    Ok(Json(CommitTableResponse {
-        metadata_location,
-        metadata,
-    })
-    .into_response())
+    apply_append(&access.catalog, &access.table, request.updates)
+        .await?
+        .map_err(refused)
 }
