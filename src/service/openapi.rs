@@ -34,7 +34,10 @@ pub(crate) fn spec() -> Value {
             "title": "icestage",
             "version": env!("CARGO_PKG_VERSION"),
             "description": "Staged bulk uploads and downloads over Apache Iceberg: write rows into a staging \
-                table with any Iceberg client, then complete; read a download table with read-only access.",
+                table with any Iceberg client, then complete; read a download table with read-only access. \
+                Clients reach their one table through the Iceberg REST catalog under /iceberg (the Apache \
+                Iceberg REST catalog specification, not repeated here), with the session token in each \
+                connection this API answers.",
         },
         "security": [{"bearer": []}],
         "paths": {
