@@ -3,12 +3,87 @@
 //! entry's own schema there instead (DuckDB 1.4 does), which iceberg-rust
 //! cannot parse, although the entries themselves are sound. Such a manifest
 //! is read with its `schema` replaced by the table's schema of the manifest's
-//! `schema-id`: the one the spec says it should have carried.
+//! `schema-id`: the one the spec says it should have carried. A client's
+//! append through icestage's REST catalog gets such manifests rewritten
+//! before it lands ([`normalize`]), so every later reader (scans, rules)
+//! reads them as written by the spec.
 
-use iceberg::spec::{Manifest, ManifestFile};
+use std::sync::Arc;
+
+use iceberg::TableUpdate;
+use iceberg::spec::{FormatVersion, Manifest, ManifestFile, ManifestListWriter, Snapshot};
 use iceberg::table::Table;
 
 use crate::error::{Error, Result};
+
+/// iceberg-rust's words for a manifest whose `schema` is not a table schema.
+const MISPLACED_SCHEMA: &str = "Fail to parse schema in manifest metadata";
+
+/// Rewrites the manifests that the snapshot of `updates` adds (an append
+/// checked by [`super::append::check_append`]) when their `schema` metadata
+/// is not a table schema: each gets a repaired copy next to it, and the
+/// snapshot a new manifest list naming the copies. Appends whose manifests
+/// follow the spec are left exactly as sent.
+pub(crate) async fn normalize(table: &Table, updates: &mut [TableUpdate]) -> Result<()> {
+    let Some(TableUpdate::AddSnapshot { snapshot }) = updates.first_mut() else {
+        return Ok(());
+    };
+    if table.metadata().format_version() != FormatVersion::V2 {
+        return Ok(());
+    }
+    let io = table.file_io();
+    let list = table
+        .manifest_list_reader(&Arc::new(snapshot.clone()))
+        .load()
+        .await?;
+    let mut repaired_any = false;
+    let mut files = vec![];
+    for mut file in list.entries().iter().cloned() {
+        if file.added_snapshot_id == snapshot.snapshot_id() {
+            let bytes = io.new_input(&file.manifest_path)?.read().await?;
+            if let Err(error) = Manifest::parse_avro(&bytes)
+                && error.message() == MISPLACED_SCHEMA
+                && let Some(repaired) = with_table_schema(&bytes, table)
+            {
+                let path = format!(
+                    "{}-icestage.avro",
+                    file.manifest_path.trim_end_matches(".avro")
+                );
+                io.new_output(&path)?.write(repaired.clone().into()).await?;
+                file.manifest_path = path;
+                file.manifest_length = repaired.len() as i64;
+                repaired_any = true;
+            }
+        }
+        files.push(file);
+    }
+    if !repaired_any {
+        return Ok(());
+    }
+    let list_path = format!(
+        "{}-icestage.avro",
+        snapshot.manifest_list().trim_end_matches(".avro")
+    );
+    let mut writer = ManifestListWriter::v2(
+        io.new_output(&list_path)?.writer().await?,
+        snapshot.snapshot_id(),
+        snapshot.parent_snapshot_id(),
+        snapshot.sequence_number(),
+    );
+    writer.add_manifests(files.into_iter())?;
+    writer.close().await?;
+    let rebuilt = Snapshot::builder()
+        .with_snapshot_id(snapshot.snapshot_id())
+        .with_parent_snapshot_id(snapshot.parent_snapshot_id())
+        .with_sequence_number(snapshot.sequence_number())
+        .with_timestamp_ms(snapshot.timestamp_ms())
+        .with_manifest_list(list_path)
+        .with_summary(snapshot.summary().clone())
+        .schema_id_opt(snapshot.schema_id())
+        .build();
+    *snapshot = rebuilt;
+    Ok(())
+}
 
 /// The manifest `file` of `table`.
 pub(crate) async fn load(table: &Table, file: &ManifestFile) -> Result<Manifest> {
@@ -19,7 +94,7 @@ pub(crate) async fn load(table: &Table, file: &ManifestFile) -> Result<Manifest>
         .await?;
     match Manifest::parse_avro(&bytes) {
         Ok(manifest) => Ok(manifest),
-        Err(error) if error.message() == "Fail to parse schema in manifest metadata" => {
+        Err(error) if error.message() == MISPLACED_SCHEMA => {
             let repaired = with_table_schema(&bytes, table).ok_or_else(|| {
                 Error::invalid(format!(
                     "manifest {} has a 'schema' that is not a table schema, and no schema of \

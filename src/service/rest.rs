@@ -505,7 +505,12 @@ async fn commit(
         &request.updates,
     )
     .map_err(refused)?;
-    apply_append(&access.catalog, &access.table, request.updates)
+    // Manifests that name the wrong schema in their metadata (as DuckDB
+    // writes them) are rewritten now, so that every later reader can plan
+    // scans of the staging table.
+    let mut updates = request.updates;
+    crate::catalog::manifest::normalize(&access.table, &mut updates).await?;
+    apply_append(&access.catalog, &access.table, updates)
         .await?
         .map_err(refused)
 }

@@ -246,13 +246,28 @@ async fn a_rest_client_reaches_only_its_staging_table() {
 
 /// DuckDB (its iceberg extension, loaded offline) as a third client of the
 /// REST catalog: it ATTACHes with an upload's token and INSERTs into the
-/// staging table, which promotes (its manifests name the wrong schema in
-/// their metadata, which promotion reads past), then reads a download with
-/// the download's token and is refused an INSERT there.
+/// staging table, which promotes past the target's UNIQUE and CHECK rules
+/// (its manifests name the wrong schema in their metadata; the catalog
+/// rewrites them on commit), then reads a download with the download's
+/// token and is refused an INSERT there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duckdb_writes_an_upload_and_reads_a_download_through_the_rest_catalog() {
     let warehouse = Warehouse::new();
     target(&warehouse).await;
+    // Rules make promotion plan scans of the staging table, which must read
+    // DuckDB's manifests too.
+    let client = warehouse.session().await;
+    for rule in [
+        "ADD CONSTRAINT one_txn UNIQUE (transaction_id)",
+        "ADD CONSTRAINT positive CHECK (amount_cents > 0)",
+    ] {
+        run(
+            &client,
+            &format!("ALTER TABLE payments.transactions {rule}"),
+        )
+        .await
+        .unwrap();
+    }
     let service = Service::start(&write_config(&warehouse, ""));
     let out = python_script(
         "duckdb_client.py",
