@@ -44,12 +44,13 @@ impl Latencies {
     }
 }
 
-/// One client of the load test: create, credentials, write a small batch,
-/// complete (twice, as a client that retries does), poll until promoted.
+/// One client of the load test: create, credentials, write a small batch
+/// through the service's REST catalog (iceberg-rust's `RestCatalog` under
+/// DataFusion), complete (twice, as a client that retries does), poll until
+/// promoted.
 async fn load_session(
     http: reqwest::Client,
     api: String,
-    writer: Arc<datafusion::prelude::SessionContext>,
     latencies: Arc<Latencies>,
     session: usize,
     rows: usize,
@@ -71,7 +72,7 @@ async fn load_session(
         )
         .await;
     let id = text(&created, "upload_id");
-    latencies
+    let credentials = latencies
         .time(
             "POST /uploads/{id}/credentials",
             send(http.post(format!("{api}/uploads/{id}/credentials"))),
@@ -86,13 +87,14 @@ async fn load_session(
         })
         .collect();
     let insert = format!(
-        "INSERT INTO {} VALUES {}",
+        "INSERT INTO lake.{} VALUES {}",
         text(&created, "staging_table"),
         values.join(", ")
     );
     latencies
-        .time("client append (not the API)", async {
-            run(&writer, &insert).await.unwrap()
+        .time("client append via REST catalog", async {
+            let (_, writer) = rest_session(&credentials).await;
+            writer.sql(&insert).await.unwrap().collect().await.unwrap()
         })
         .await;
     for _ in 0..2 {
@@ -152,18 +154,12 @@ async fn two_hundred_concurrent_upload_sessions_land_exactly_once() {
     std::fs::write(&path, text_config).unwrap();
     let service = Service::start(&path);
     let http = reqwest::Client::new();
-    let writer = Arc::new(warehouse.session().await);
     let latencies = Arc::new(Latencies::default());
     let started = Instant::now();
     let mut clients = tokio::task::JoinSet::new();
     for session in 0..SESSIONS {
-        let (http, api, writer, latencies) = (
-            http.clone(),
-            service.url.clone(),
-            Arc::clone(&writer),
-            Arc::clone(&latencies),
-        );
-        clients.spawn(load_session(http, api, writer, latencies, session, ROWS));
+        let (http, api, latencies) = (http.clone(), service.url.clone(), Arc::clone(&latencies));
+        clients.spawn(load_session(http, api, latencies, session, ROWS));
     }
     while let Some(done) = clients.join_next().await {
         done.unwrap();

@@ -287,61 +287,6 @@ async fn duckdb_writes_an_upload_and_reads_a_download_through_the_rest_catalog()
     assert_eq!(seen["download_insert"], "refused", "{seen}");
 }
 
-/// A REST catalog over the upload `upload` (the body of `POST /uploads`),
-/// as iceberg-rust's `RestCatalog`, and a DataFusion session that writes
-/// through it as catalog `lake`.
-async fn rest_session(
-    upload: &Value,
-) -> (
-    Arc<dyn iceberg::Catalog>,
-    datafusion::prelude::SessionContext,
-) {
-    use iceberg::CatalogBuilder;
-    use iceberg_catalog_rest::RestCatalogBuilder;
-    use iceberg_datafusion::IcebergCatalogProvider;
-    use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
-
-    let props = std::collections::HashMap::from(["uri", "token"].map(|key| {
-        (
-            key.to_string(),
-            upload["connection"][key].as_str().unwrap().to_string(),
-        )
-    }));
-    let catalog: Arc<dyn iceberg::Catalog> = Arc::new(
-        RestCatalogBuilder::default()
-            .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
-            .load("icestage", props)
-            .await
-            .unwrap(),
-    );
-    let ctx = datafusion::prelude::SessionContext::new();
-    ctx.register_catalog(
-        "lake",
-        Arc::new(
-            IcebergCatalogProvider::try_new(Arc::clone(&catalog))
-                .await
-                .unwrap(),
-        ),
-    );
-    (catalog, ctx)
-}
-
-/// Three rows into `staging` through `ctx` (plain DataFusion over the REST
-/// catalog); the error's text when the commit is refused.
-async fn insert_three(
-    ctx: &datafusion::prelude::SessionContext,
-    staging: &str,
-) -> std::result::Result<(), String> {
-    let sql = format!(
-        "INSERT INTO lake.{staging} VALUES \
-         ('t1', 'a1', 100, 'usd', TIMESTAMP '2026-07-01 00:00:00Z'), \
-         ('t2', 'a2', 200, 'eur', TIMESTAMP '2026-07-02 00:00:00Z'), \
-         ('t3', 'a3', 300, 'usd', TIMESTAMP '2026-07-03 00:00:00Z')"
-    );
-    let frame = ctx.sql(&sql).await.map_err(|e| e.to_string())?;
-    frame.collect().await.map(|_| ()).map_err(|e| e.to_string())
-}
-
 /// Once a promotion holds the upload (stopped by a failpoint just after its
 /// claim, in a real service process), a client's commit is a conflict: the
 /// rows being validated cannot change under the validation.
