@@ -161,11 +161,14 @@ impl Access {
         if same_namespace && same_table {
             Ok(())
         } else {
-            let name = match table {
-                Some(table) => format!("table {namespace}.{table}"),
-                None => format!("namespace {namespace}"),
-            };
-            Err(RestError::not_found(&name))
+            Err(match table {
+                Some(table) => RestError::not_found(&format!("table {namespace}.{table}")),
+                None => RestError::new(
+                    StatusCode::NOT_FOUND,
+                    "NoSuchNamespaceException",
+                    format!("namespace {namespace} does not exist or is not this session's"),
+                ),
+            })
         }
     }
 }

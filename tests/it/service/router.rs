@@ -451,8 +451,19 @@ async fn the_rest_catalog_refuses_by_its_protocol() {
     );
     // The forged token counted too (one session id): the fourth request
     // passes, the fifth is over the rate.
-    let (status, _) = call(&app, "GET", "/iceberg/v1/namespaces", Some(&token), None).await;
-    assert_eq!(status, StatusCode::OK);
+    let (status, namespace) = call(
+        &app,
+        "GET",
+        "/iceberg/v1/namespaces/payments/tables",
+        Some(&token),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, namespace["error"]["type"].as_str()),
+        (StatusCode::NOT_FOUND, Some("NoSuchNamespaceException")),
+        "{namespace}"
+    );
     let (status, limited) = call(&app, "GET", "/iceberg/v1/config", Some(&token), None).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{limited}");
     assert!(
