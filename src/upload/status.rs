@@ -97,9 +97,23 @@ result_row! {
 /// The record of a live session; `target` is its target table when it
 /// could be loaded (to see whether the promotion committed).
 fn live_record(staging: &Staging, target: Option<&Table>, now: DateTime<Utc>) -> UploadRecord {
-    let snapshot = staging.table.metadata().current_snapshot();
-    let count = |key: &str| summary_count(snapshot, key).or(Some(0));
     let evidence = target.and_then(|t| promoted_snapshot(t, &staging.id));
+    // Promoted: what the target's snapshot added (the staging table's own
+    // summary is the client's, and some writers leave its totals out);
+    // otherwise what the staging table holds.
+    let (snapshot, rows_key, files_key) = match (target, evidence) {
+        (Some(target), Some(id)) => (
+            target.metadata().snapshot_by_id(id),
+            "added-records",
+            "added-data-files",
+        ),
+        _ => (
+            staging.table.metadata().current_snapshot(),
+            "total-records",
+            "total-data-files",
+        ),
+    };
+    let count = |key: &str| summary_count(snapshot, key).or(Some(0));
     let (state, message) = match evidence {
         Some(_) => (
             UploadState::Promoted,
@@ -117,8 +131,8 @@ fn live_record(staging: &Staging, target: Option<&Table>, now: DateTime<Utc>) ->
     };
     UploadRecord {
         recorded_at: None,
-        rows: count("total-records"),
-        files: count("total-data-files"),
+        rows: count(rows_key),
+        files: count(files_key),
         snapshot_id: evidence,
         message,
         ..staging.record(state)
