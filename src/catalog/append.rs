@@ -140,16 +140,13 @@ pub(crate) async fn apply_append(
     let location = MetadataLocation::from_str(&current)?
         .with_next_version()
         .with_new_metadata(&metadata);
-    metadata.write_to(table.file_io(), &location).await?;
-    let new = location.to_string();
     if catalog
         .pointers()
-        .swap(table.identifier(), &current, &new)
+        .publish(table, &metadata, &location)
         .await?
     {
-        Ok(Ok((new, metadata)))
+        Ok(Ok((location.to_string(), metadata)))
     } else {
-        let _ = table.file_io().delete(&new).await;
         Ok(Err(Refusal::Conflict(format!(
             "{} changed while this commit was applied: reload it and retry",
             table.identifier()

@@ -17,7 +17,9 @@
 
 use std::fmt;
 
-use iceberg::{ErrorKind, TableIdent};
+use iceberg::spec::TableMetadata;
+use iceberg::table::Table;
+use iceberg::{ErrorKind, MetadataLocation, TableIdent};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 /// Where a catalog keeps its tables' metadata pointers.
@@ -89,6 +91,27 @@ impl PointerStore {
             },
             Err(e) => Self::Unsupported(format!("cannot read SQLite URI '{uri}': {e}")),
         }
+    }
+
+    /// Writes `metadata` at `location` (the next version of `base`) and points
+    /// `base`'s table at it if, and only if, it still points at `base`'s
+    /// metadata location; `Ok(false)` when another process committed first,
+    /// and the new file is removed again (nothing refers to it).
+    pub(crate) async fn publish(
+        &self,
+        base: &Table,
+        metadata: &TableMetadata,
+        location: &MetadataLocation,
+    ) -> iceberg::Result<bool> {
+        let expected = base.metadata_location_result()?;
+        metadata.write_to(base.file_io(), location).await?;
+        let new = location.to_string();
+        let swapped = self.swap(base.identifier(), expected, &new).await?;
+        if !swapped {
+            // Best effort: an orphan is harmless, only untidy.
+            let _ = base.file_io().delete(&new).await;
+        }
+        Ok(swapped)
     }
 
     /// Points `table` at `new` if, and only if, it points at `expected` now.

@@ -190,21 +190,14 @@ impl Catalog for ScopedCatalog {
                     format!("internal: a commit to {ident} without a checked load before it"),
                 )
             })?;
-        let expected = base.metadata_location_result()?.to_string();
-        let staged = commit.apply(base)?;
+        let staged = commit.apply(base.clone())?;
         let location = MetadataLocation::from_str(staged.metadata_location_result()?)?;
-        staged
-            .metadata()
-            .write_to(staged.file_io(), &location)
-            .await?;
         if pointers
-            .swap(&ident, &expected, &location.to_string())
+            .publish(&base, staged.metadata(), &location)
             .await?
         {
             Ok(staged)
         } else {
-            // Orphaned metadata file: best effort, it is referenced by nothing.
-            let _ = staged.file_io().delete(location.to_string()).await;
             Err(iceberg::Error::new(
                 ErrorKind::CatalogCommitConflicts,
                 format!("{ident} changed after it was checked"),

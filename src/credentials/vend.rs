@@ -58,8 +58,9 @@ struct TomlCatalog {
 }
 
 /// What a client needs: PyIceberg-style properties and an icestage catalog file.
-struct Connection {
-    properties: BTreeMap<String, String>,
+pub(crate) struct Connection {
+    /// The properties of PyIceberg's `load_catalog`, credentials included.
+    pub(crate) properties: BTreeMap<String, String>,
     catalog_config: String,
 }
 
@@ -205,6 +206,19 @@ async fn open_session(ctx: &CommandContext, id: &UploadId, mode: AccessMode) -> 
             },
         );
     };
+    usable(staging, mode)
+}
+
+/// `staging`, if its state allows `mode`.
+fn usable(staging: Staging, mode: AccessMode) -> Result<Staging> {
+    check_usable(&staging, mode)?;
+    Ok(staging)
+}
+
+/// Whether the state of `staging` allows credentials in `mode`: write while
+/// open, read while open or failed, and neither once expired.
+pub(crate) fn check_usable(staging: &Staging, mode: AccessMode) -> Result<()> {
+    let id = &staging.id;
     if staging.is_expired(Utc::now()) {
         return Err(refuse(
             id,
@@ -213,7 +227,7 @@ async fn open_session(ctx: &CommandContext, id: &UploadId, mode: AccessMode) -> 
         ));
     }
     match (staging.state, mode) {
-        (UploadState::Open, _) | (UploadState::Failed, AccessMode::Read) => Ok(staging),
+        (UploadState::Open, _) | (UploadState::Failed, AccessMode::Read) => Ok(()),
         (UploadState::Failed, AccessMode::Write) => Err(refuse(
             id,
             UploadState::Failed,
@@ -223,24 +237,64 @@ async fn open_session(ctx: &CommandContext, id: &UploadId, mode: AccessMode) -> 
     }
 }
 
-/// The table credentials are vended for, and the mode used.
-struct Grant {
-    catalog: std::sync::Arc<IcebergCatalog>,
-    table: iceberg::table::Table,
-    mode: AccessMode,
+/// The table credentials are vended for, and the mode used: what a
+/// session's access reaches (`vend_credentials`, the REST catalog).
+pub(crate) struct Grant {
+    pub(crate) catalog: std::sync::Arc<IcebergCatalog>,
+    pub(crate) table: iceberg::table::Table,
+    pub(crate) mode: AccessMode,
     /// Where icestage placed the table (never the location its metadata
     /// claims: a client may have rewritten that).
-    location: String,
+    pub(crate) location: String,
     /// The credentials must not outlive this (the upload's expiry).
-    until: Option<chrono::DateTime<Utc>>,
+    pub(crate) until: Option<chrono::DateTime<Utc>>,
+}
+
+impl Grant {
+    /// An upload's staging table in `mode` (its state checked by the caller).
+    pub(crate) async fn upload(staging: &Staging, mode: AccessMode) -> Result<Self> {
+        if let Some(reason) = &staging.tampered {
+            return Err(Error::Tampered {
+                id: staging.id.to_string(),
+                reason: reason.clone(),
+            });
+        }
+        Ok(Self {
+            location: crate::upload::confine::assigned_location(staging).await?,
+            until: staging.expires_at,
+            catalog: std::sync::Arc::clone(&staging.catalog),
+            table: staging.table.clone(),
+            mode,
+        })
+    }
+
+    /// Credentials for this grant lasting `duration` (cut at `until`), named
+    /// `session` in the cloud's logs, and the connection properties that
+    /// carry them; no credentials where none are needed (a local warehouse).
+    pub(crate) async fn vend(
+        &self,
+        session: &str,
+        duration: Duration,
+    ) -> Result<(Option<VendedCredentials>, Connection)> {
+        let ident = self.table.identifier();
+        let credentials = credentials_for(
+            &self.catalog,
+            &ident.namespace().join("."),
+            ident.name(),
+            &self.location,
+            self.mode,
+            session,
+            (duration, self.until),
+        )
+        .await?;
+        let connection = connection(&self.catalog, credentials.as_ref())?;
+        Ok((credentials, connection))
+    }
 }
 
 /// A ready download's table, read-only.
-fn download_grant(download: Download, mode: Option<AccessMode>) -> Result<Grant> {
-    let location = download
-        .catalog
-        .default_table_location(download.table.identifier())
-        .unwrap_or_else(|| download.table.metadata().location().to_string());
+pub(crate) fn download_grant(download: Download, mode: Option<AccessMode>) -> Result<Grant> {
+    let location = download.assigned_location();
     let id = download.id.to_string();
     if mode == Some(AccessMode::Write) {
         return Err(Error::invalid(format!(
@@ -305,23 +359,9 @@ pub(crate) async fn vend_credentials(
     // Upload and download ids look alike: an upload's staging table, else a
     // download's table.
     let upload = UploadId::parse(id)?;
-    let grant = if find_staging(&ctx.icestage, &upload).await?.is_some() {
+    let grant = if let Some(staging) = find_staging(&ctx.icestage, &upload).await? {
         let mode = mode.unwrap_or(AccessMode::Write);
-        let staging = open_session(ctx, &upload, mode).await?;
-        if let Some(reason) = &staging.tampered {
-            return Err(Error::Tampered {
-                id: upload.to_string(),
-                reason: reason.clone(),
-            });
-        }
-        let location = crate::upload::confine::assigned_location(&staging).await?;
-        Grant {
-            until: staging.expires_at,
-            catalog: staging.catalog,
-            table: staging.table,
-            mode,
-            location,
-        }
+        Grant::upload(&usable(staging, mode)?, mode).await?
     } else {
         let download = DownloadId::parse(id)?;
         match find_download(&ctx.icestage, &download).await? {
@@ -348,17 +388,7 @@ pub(crate) async fn vend_credentials(
         }
     };
     let ident = grant.table.identifier();
-    let credentials = credentials_for(
-        &grant.catalog,
-        &ident.namespace().join("."),
-        ident.name(),
-        &grant.location,
-        grant.mode,
-        &format!("icestage-{id}"),
-        (duration, grant.until),
-    )
-    .await?;
-    let connection = connection(&grant.catalog, credentials.as_ref())?;
+    let (credentials, connection) = grant.vend(&format!("icestage-{id}"), duration).await?;
     let properties = serde_json::to_string(&connection.properties)
         .map_err(|e| Error::invalid(format!("internal: connection: {e}")))?;
     Ok(SessionCredentials {

@@ -2,7 +2,7 @@
 //! [`crate::session::token`]): read-only, issued once the download is ready,
 //! only its hash kept on the download table; a new token replaces the last.
 
-use super::{DownloadId, find_download};
+use super::{DownloadId, DownloadState, find_download};
 use crate::catalog::Icestage;
 use crate::error::{Error, Result};
 use crate::session::token::{self, TokenKind};
@@ -17,7 +17,11 @@ pub(crate) async fn issue_access_token(icestage: &Icestage, id: &DownloadId) -> 
         &download.table,
         TokenKind::Download,
         id.as_str(),
-        &["ready"],
+        |state| {
+            state
+                .parse()
+                .is_ok_and(|s: DownloadState| s == DownloadState::Ready)
+        },
     )
     .await?
     .map_err(|state| Error::DownloadState {

@@ -222,6 +222,14 @@ impl Download {
         self.expires_at.is_some_and(|at| at <= now)
     }
 
+    /// Where icestage placed the download's table (the catalog's rule; its
+    /// metadata's location where the catalog places tables itself).
+    pub(crate) fn assigned_location(&self) -> String {
+        self.catalog
+            .default_table_location(self.table.identifier())
+            .unwrap_or_else(|| self.table.metadata().location().to_string())
+    }
+
     /// The record of this download in `state`, as of now.
     pub(crate) fn record(&self, state: DownloadState) -> DownloadRecord {
         SessionRecord {

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value as Json_, json};
 
 use super::filter::{DownloadRequest, download_query};
-use super::{ApiError, AppState, Caller, json_rows};
+use super::{ApiError, AppState, Caller, json_of};
 use crate::config::Ttl;
 use crate::credentials::AccessMode;
 use crate::download::DownloadId;
@@ -78,13 +78,6 @@ fn not_an_id(id: &str, what: &str) -> ApiError {
     ApiError::bad_request(format!(
         "'{id}' is not {what} id: ids are the 32 hex characters the API returned"
     ))
-}
-
-/// `rows` as JSON objects, as SQL shows them.
-fn json_of<T: ResultRow>(
-    rows: &[T],
-) -> std::result::Result<Vec<serde_json::Map<String, Json_>>, ApiError> {
-    Ok(json_rows(&[T::to_batch(rows)?]))
 }
 
 /// `outcome` as a JSON object, with `status`.

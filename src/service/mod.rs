@@ -24,7 +24,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use datafusion::arrow::array::RecordBatch;
 use datafusion::prelude::SessionContext;
 use hmac::{Hmac, Mac};
 use serde_json::{Value as Json, json};
@@ -35,6 +34,7 @@ use crate::api::Operations;
 use crate::catalog::Icestage;
 use crate::config::format_duration;
 use crate::error::{Error, ErrorKind, Result};
+use crate::rows::ResultRow;
 use crate::upload::UploadId;
 
 /// Token buckets kept before idle ones are dropped.
@@ -439,30 +439,26 @@ pub async fn serve(config: ServiceConfig) -> Result<()> {
     Ok(())
 }
 
-/// Rows as JSON objects; string columns holding JSON objects (`connection`)
-/// become objects.
-pub(crate) fn json_rows(batches: &[RecordBatch]) -> Vec<serde_json::Map<String, Json>> {
-    let mut out = vec![];
-    for batch in batches {
-        let mut writer = datafusion::arrow::json::WriterBuilder::new()
-            .with_explicit_nulls(true)
-            .build::<_, datafusion::arrow::json::writer::JsonArray>(Vec::new());
-        if writer.write(batch).is_err() || writer.finish().is_err() {
-            continue;
-        }
-        let rows: Vec<serde_json::Map<String, Json>> =
-            serde_json::from_slice(&writer.into_inner()).unwrap_or_default();
-        for mut row in rows {
-            for (_, value) in row.iter_mut() {
-                if let Json::String(text) = value
-                    && text.starts_with('{')
-                    && let Ok(object @ Json::Object(_)) = serde_json::from_str::<Json>(text)
-                {
-                    *value = object;
-                }
+/// Outcomes as the API answers them: JSON objects with the columns SQL
+/// shows; string columns holding JSON objects (`connection`) become objects.
+pub(crate) fn json_of<T: ResultRow>(rows: &[T]) -> Result<Vec<serde_json::Map<String, Json>>> {
+    let batch = T::to_batch(rows)?;
+    let mut writer = datafusion::arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, datafusion::arrow::json::writer::JsonArray>(Vec::new());
+    writer.write(&batch)?;
+    writer.finish()?;
+    let mut rows: Vec<serde_json::Map<String, Json>> = serde_json::from_slice(&writer.into_inner())
+        .map_err(|e| Error::invalid(format!("internal: result rows as JSON: {e}")))?;
+    for row in &mut rows {
+        for (_, value) in row.iter_mut() {
+            if let Json::String(text) = value
+                && text.starts_with('{')
+                && let Ok(object @ Json::Object(_)) = serde_json::from_str::<Json>(text)
+            {
+                *value = object;
             }
-            out.push(row);
         }
     }
-    out
+    Ok(rows)
 }

@@ -12,7 +12,6 @@
 //! location update, no create, drop or rename.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
@@ -31,9 +30,9 @@ use iceberg_catalog_rest::{
 use serde_json::json;
 
 use super::AppState;
-use crate::catalog::IcebergCatalog;
 use crate::catalog::append::{Refusal, apply_append, check_append};
 use crate::credentials::AccessMode;
+use crate::credentials::vend::{DEFAULT_DURATION, Grant, check_usable, download_grant};
 use crate::download::{DownloadId, DownloadState, find_download};
 use crate::session::token::{self, PROP_ACCESS_TOKEN, TokenKind};
 use crate::upload::{Staging, UploadId, UploadState, find_staging};
@@ -133,12 +132,10 @@ impl IntoResponse for RestError {
 
 type RestResult = std::result::Result<Response, RestError>;
 
-/// The session a request's token opens: its table, as the catalog holds it
-/// now, and where icestage placed it.
+/// The session a request's token opens: its table as the catalog holds it
+/// now, where icestage placed it and what the token may do (a [`Grant`]).
 struct Access {
-    catalog: Arc<IcebergCatalog>,
-    table: Table,
-    location: String,
+    grant: Grant,
     /// The session's id.
     session: String,
     /// An upload's session (appends allowed while it is open or failed);
@@ -148,7 +145,7 @@ struct Access {
 
 impl Access {
     fn ident(&self) -> &TableIdent {
-        self.table.identifier()
+        self.grant.table.identifier()
     }
 
     /// `namespace` (and `table`) as the request names them, if they are
@@ -211,11 +208,8 @@ async fn access(state: &AppState, headers: &HeaderMap) -> std::result::Result<Ac
                     format!("upload {id} has expired or can no longer be promoted"),
                 ));
             }
-            let location = crate::upload::confine::assigned_location(&staging).await?;
             Ok(Access {
-                catalog: Arc::clone(&staging.catalog),
-                table: staging.table.clone(),
-                location,
+                grant: Grant::upload(&staging, AccessMode::Write).await?,
                 session: staging.id.to_string(),
                 upload: Some(staging),
             })
@@ -236,15 +230,9 @@ async fn access(state: &AppState, headers: &HeaderMap) -> std::result::Result<Ac
                     ),
                 ));
             }
-            let location = download
-                .catalog
-                .default_table_location(download.table.identifier())
-                .unwrap_or_else(|| download.table.metadata().location().to_string());
             Ok(Access {
-                catalog: Arc::clone(&download.catalog),
-                table: download.table,
-                location,
                 session: download.id.to_string(),
+                grant: download_grant(download, Some(AccessMode::Read))?,
                 upload: None,
             })
         }
@@ -317,25 +305,19 @@ async fn list_tables(
 /// credentials vended for the table's location alone, ending no later than
 /// the session; nothing for a local warehouse (the paths are on the
 /// client's own disk).
-async fn storage(
-    state: &AppState,
-    access: &Access,
-) -> std::result::Result<HashMap<String, String>, RestError> {
-    let mode = match access.upload {
-        Some(_) => AccessMode::Write,
-        None => AccessMode::Read,
-    };
-    let vended = state
-        .ops()
-        .vend_credentials(&access.session, Some(mode), None)
-        .await?;
-    let properties: HashMap<String, String> =
-        serde_json::from_str(&vended.connection).unwrap_or_default();
-    let mut storage: HashMap<String, String> = properties
+async fn storage(access: &Access) -> std::result::Result<HashMap<String, String>, RestError> {
+    // As vend_credentials: write keys while the upload is open.
+    if let Some(staging) = &access.upload {
+        check_usable(staging, access.grant.mode)?;
+    }
+    let session = format!("icestage-{}", access.session);
+    let (credentials, connection) = access.grant.vend(&session, DEFAULT_DURATION).await?;
+    let mut storage: HashMap<String, String> = connection
+        .properties
         .into_iter()
         .filter(|(key, _)| key.starts_with("s3."))
         .collect();
-    if let Some(expiration) = vended.expiration {
+    if let Some(expiration) = credentials.map(|c| c.expiration) {
         storage.insert(
             "s3.session-token-expires-at-ms".to_string(),
             expiration.timestamp_millis().to_string(),
@@ -362,12 +344,12 @@ async fn load_table(
 ) -> RestResult {
     let access = access(&state, &headers).await?;
     access.check(&namespace, Some(&table))?;
-    let config = storage(&state, &access).await?;
+    let config = storage(&access).await?;
     Ok(Json(LoadTableResult {
-        metadata_location: access.table.metadata_location().map(str::to_string),
-        metadata: access.table.metadata().clone(),
+        metadata_location: access.grant.table.metadata_location().map(str::to_string),
+        metadata: access.grant.table.metadata().clone(),
         storage_credentials: Some(vec![StorageCredential {
-            prefix: access.location.clone(),
+            prefix: access.grant.location.clone(),
             config: config.clone(),
         }]),
         config,
@@ -393,9 +375,9 @@ async fn credentials(
 ) -> RestResult {
     let access = access(&state, &headers).await?;
     access.check(&namespace, Some(&table))?;
-    let config = storage(&state, &access).await?;
+    let config = storage(&access).await?;
     Ok(Json(json!({"storage-credentials": [StorageCredential {
-        prefix: access.location.clone(),
+        prefix: access.grant.location.clone(),
         config,
     }]}))
     .into_response())
@@ -502,8 +484,8 @@ async fn commit(
         }
     };
     check_append(
-        &access.table,
-        &access.location,
+        &access.grant.table,
+        &access.grant.location,
         &request.requirements,
         &request.updates,
     )
@@ -512,8 +494,8 @@ async fn commit(
     // writes them) are rewritten now, so that every later reader can plan
     // scans of the staging table.
     let mut updates = request.updates;
-    crate::catalog::manifest::normalize(&access.table, &mut updates).await?;
-    apply_append(&access.catalog, &access.table, updates)
+    crate::catalog::manifest::normalize(&access.grant.table, &mut updates).await?;
+    apply_append(&access.grant.catalog, &access.grant.table, updates)
         .await?
         .map_err(refused)
 }

@@ -25,11 +25,11 @@ use iceberg::{NamespaceIdent, TableIdent};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use super::{AppState, WebhookSettings, json_rows};
+use super::{AppState, WebhookSettings, json_of};
 use crate::catalog::insert::append_rows;
 use crate::config::parse_duration;
 use crate::download::DownloadState;
-use crate::rows::{ResultRow, Value as RowValue};
+use crate::rows::Value as RowValue;
 use crate::session::log::ICESTAGE_NAMESPACE;
 use crate::upload::UploadState;
 
@@ -71,8 +71,12 @@ async fn events(state: &AppState) -> Vec<Event> {
         })
         .collect();
     for (kind, rows, id_column) in [
-        ("upload", rows_of(&uploads), "upload_id"),
-        ("download", rows_of(&downloads), "download_id"),
+        ("upload", json_of(&uploads).unwrap_or_default(), "upload_id"),
+        (
+            "download",
+            json_of(&downloads).unwrap_or_default(),
+            "download_id",
+        ),
     ] {
         for row in rows {
             let field = |name: &str| {
@@ -90,13 +94,6 @@ async fn events(state: &AppState) -> Vec<Event> {
         }
     }
     out
-}
-
-/// `rows` as the JSON objects the API answers for them.
-fn rows_of<T: ResultRow>(rows: &[T]) -> Vec<serde_json::Map<String, Value>> {
-    T::to_batch(rows)
-        .map(|batch| json_rows(&[batch]))
-        .unwrap_or_default()
 }
 
 /// The table of acknowledged deliveries, in the default catalog.

@@ -48,20 +48,18 @@ fn issue(kind: TokenKind, id: &str) -> (String, String) {
 }
 
 /// A new token of `kind` for session `id`, whose table `table` then keeps
-/// its hash, when the session's state is one of `allowed`; otherwise the
-/// state it is in.
+/// its hash, when `allowed` accepts the session's state (the value of its
+/// `icestage.state` property); otherwise the state it is in.
 pub(crate) async fn issue_on(
     catalog: &IcebergCatalog,
     table: &Table,
     kind: TokenKind,
     id: &str,
-    allowed: &'static [&'static str],
+    allowed: impl Fn(&str) -> bool + Send + Sync + 'static,
 ) -> Result<std::result::Result<String, String>> {
     let (token, hash) = issue(kind, id);
     let accept = move |props: &HashMap<String, String>| {
-        props
-            .get(PROP_STATE)
-            .is_some_and(|state| allowed.contains(&state.as_str()))
+        props.get(PROP_STATE).is_some_and(|state| allowed(state))
     };
     let swap = swap_properties(
         catalog,

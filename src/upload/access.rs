@@ -2,7 +2,7 @@
 //! [`crate::session::token`]): issued while the session is open or failed,
 //! only its hash kept on the staging table; a new token replaces the last.
 
-use super::{UploadId, find_staging};
+use super::{UploadId, UploadState, find_staging};
 use crate::catalog::Icestage;
 use crate::error::{Error, Result};
 use crate::session::token::{self, TokenKind};
@@ -12,7 +12,11 @@ pub(crate) async fn issue_access_token(icestage: &Icestage, id: &UploadId) -> Re
     let staging = find_staging(icestage, id)
         .await?
         .ok_or_else(|| Error::UnknownUpload(id.to_string()))?;
-    let writable = &["open", "failed"];
+    let writable = |state: &str| {
+        state
+            .parse()
+            .is_ok_and(|s| matches!(s, UploadState::Open | UploadState::Failed))
+    };
     token::issue_on(
         &staging.catalog,
         &staging.table,

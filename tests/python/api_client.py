@@ -39,15 +39,25 @@ def main(api, token, table, rows):
     schema = staging.schema().as_arrow()
     staging.append(pa.Table.from_pylist(transactions(rows, schema.names), schema=schema))
 
-    done = requests.post(f"{api}/uploads/{session['upload_id']}/complete", headers=auth, timeout=30)
-    assert done.status_code == 202, done.text
+    print(json.dumps(complete(api, auth, session["upload_id"])))
+
+
+def poll(api, auth, path, states):
+    """GET `path` every 200 ms until its `state` is one of `states` (or two
+    minutes pass); the last body."""
     deadline = time.monotonic() + 120
     while True:
-        status = requests.get(f"{api}/uploads/{session['upload_id']}", headers=auth, timeout=30).json()
-        if status["state"] in ("promoted", "failed") or time.monotonic() > deadline:
-            print(json.dumps(status))
-            return
+        status = requests.get(f"{api}{path}", headers=auth, timeout=30).json()
+        if status["state"] in states or time.monotonic() > deadline:
+            return status
         time.sleep(0.2)
+
+
+def complete(api, auth, upload_id):
+    """POST /uploads/{id}/complete, then the upload's status once promoted or failed."""
+    done = requests.post(f"{api}/uploads/{upload_id}/complete", headers=auth, timeout=30)
+    assert done.status_code == 202, done.text
+    return poll(api, auth, f"/uploads/{upload_id}", ("promoted", "failed"))
 
 
 if __name__ == "__main__":

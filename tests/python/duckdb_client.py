@@ -14,11 +14,12 @@ object with what was seen.
 import json
 import os
 import sys
-import time
 
 import duckdb
 import duckdb_ext
 import requests
+
+from api_client import complete, poll
 
 
 def attach(connection):
@@ -28,15 +29,6 @@ def attach(connection):
     con.execute(f"CREATE SECRET session (TYPE ICEBERG, TOKEN '{connection['token']}')")
     con.execute(f"ATTACH 'icestage' AS lake (TYPE ICEBERG, ENDPOINT '{connection['uri']}', SECRET session)")
     return con
-
-
-def poll(api, auth, path, states):
-    deadline = time.monotonic() + 120
-    while True:
-        status = requests.get(f"{api}{path}", headers=auth, timeout=30).json()
-        if status["state"] in states or time.monotonic() > deadline:
-            return status
-        time.sleep(0.2)
 
 
 def main(api, token, table):
@@ -53,9 +45,7 @@ def main(api, token, table):
         "('txn_d2', 'acct_2', 800, 'eur', TIMESTAMPTZ '2026-07-01 13:00:00+00')"
     )
     con.close()
-    done = requests.post(f"{api}/uploads/{upload['upload_id']}/complete", headers=auth, timeout=30)
-    assert done.status_code == 202, done.text
-    seen["upload"] = poll(api, auth, f"/uploads/{upload['upload_id']}", ("promoted", "failed"))
+    seen["upload"] = complete(api, auth, upload["upload_id"])
 
     download = requests.post(f"{api}/downloads", json={"table": table}, headers=auth, timeout=30)
     download.raise_for_status()

@@ -21,7 +21,6 @@ message) and the final status.
 
 import json
 import sys
-import time
 
 import pyarrow as pa
 import requests
@@ -29,6 +28,7 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.types import StringType
 
+from api_client import complete, poll
 from pyiceberg_client import transactions
 
 
@@ -86,15 +86,7 @@ def main(api, token, table, rows):
         other.refresh()
         other.append(pa.Table.from_pylist(records[half:], schema=schema))
 
-    done = requests.post(f"{api}/uploads/{session['upload_id']}/complete", headers=auth, timeout=30)
-    assert done.status_code == 202, done.text
-    deadline = time.monotonic() + 120
-    while True:
-        status = requests.get(f"{api}/uploads/{session['upload_id']}", headers=auth, timeout=30).json()
-        if status["state"] in ("promoted", "failed") or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    seen["status"] = status
+    seen["status"] = complete(api, auth, session["upload_id"])
     # Once promoted the session is over: its token opens nothing.
     seen["after"] = refused("load the staging table after promotion", lambda: catalog.load_table(session["staging_table"]))
 
@@ -102,10 +94,8 @@ def main(api, token, table, rows):
     download = requests.post(f"{api}/downloads", json={"table": table}, headers=auth, timeout=30)
     download.raise_for_status()
     download = download.json()
-    deadline = time.monotonic() + 120
-    while requests.get(f"{api}/downloads/{download['download_id']}", headers=auth, timeout=30).json()["state"] != "ready":
-        assert time.monotonic() < deadline, "the download never became ready"
-        time.sleep(0.2)
+    ready = poll(api, auth, f"/downloads/{download['download_id']}", ("ready", "failed"))
+    assert ready["state"] == "ready", ready
     creds = requests.post(f"{api}/downloads/{download['download_id']}/credentials", headers=auth, timeout=30)
     creds.raise_for_status()
     props = dict(creds.json()["connection"])

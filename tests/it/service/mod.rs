@@ -222,6 +222,17 @@ fn write_config(warehouse: &Warehouse, extra: &str) -> std::path::PathBuf {
     path
 }
 
+/// `POST /uploads/{id}/complete` on the service at `api`, accepted.
+async fn complete(http: &reqwest::Client, api: &str, id: &str) {
+    let response = http
+        .post(format!("{api}/uploads/{id}/complete"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+}
+
 async fn wait_state(client: &reqwest::Client, url: &str, states: &[&str]) -> Value {
     poll(url, states, || async {
         client

@@ -35,13 +35,7 @@ async fn two_replicas_on_one_catalog_serve_the_same_uploads() {
     )
     .await
     .unwrap();
-    let accepted = http
-        .post(format!("{}/uploads/{id}/complete", b.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(accepted.status(), 202);
+    complete(&http, &b.url, &id).await;
     let from_a = wait_state(
         &http,
         &format!("{}/uploads/{id}", a.url),
@@ -150,13 +144,7 @@ async fn sigterm_drains_the_promotions_in_flight() {
     )
     .await
     .unwrap();
-    let accepted = http
-        .post(format!("{}/uploads/{id}/complete", service.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(accepted.status(), 202);
+    complete(&http, &service.url, &id).await;
     let pid = service.child.id().to_string();
     let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(sent.success());
@@ -316,13 +304,7 @@ async fn a_commit_after_the_promotion_claim_is_a_conflict() {
     let staging = text(&upload, "staging_table");
     insert_three(&ctx, &staging).await.unwrap();
     let id = text(&upload, "upload_id");
-    let response = http
-        .post(format!("{}/uploads/{id}/complete", service.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 202);
+    complete(&http, &service.url, &id).await;
     wait_state(
         &http,
         &format!("{}/uploads/{id}", service.url),
@@ -364,13 +346,7 @@ async fn iceberg_rust_s_rest_catalog_writes_an_upload() {
     insert_three(&ctx, &staging).await.unwrap();
 
     let id = text(&upload, "upload_id");
-    let response = http
-        .post(format!("{}/uploads/{id}/complete", service.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 202);
+    complete(&http, &service.url, &id).await;
     let done = wait_state(
         &http,
         &format!("{}/uploads/{id}", service.url),
