@@ -23,6 +23,8 @@ use crate::error::Result;
 use crate::expiry::StagingExpired;
 use crate::ingest::SourceOptions;
 use crate::ingest::copy_into::CopyReport;
+use crate::pipe::run::PipeRun;
+use crate::pipe::{CreatePipe, PipeName, PipeOptions, PipeRunRecord, PipeState, PipeStatus};
 use crate::session::CommandContext;
 use crate::tables::rules::TableConstraint;
 use crate::upload::UploadId;
@@ -393,5 +395,101 @@ impl Operations {
     ) -> Result<Vec<TableConstraint>> {
         let (catalog, ident) = self.resolve(table.into())?;
         crate::tables::rules::list_constraints(&self.context()?, &catalog, &ident).await
+    }
+
+    /// `CREATE PIPE <name> [WITH (...)] AS COPY INTO <table> FROM '<uri>'
+    /// [WITH (copy_options)]`: a pipe that keeps loading what is new under
+    /// `uri` into `table`, in `table`'s catalog. `copy_options` are
+    /// `COPY INTO`'s (`format`, `header`, `region`, ...), without secrets.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let ctx = datafusion::prelude::SessionContext::new();
+    /// # icestage::register(&ctx, icestage::IcestageConfig::embedded(dir.path())?).await?;
+    /// # icestage::sql(&ctx, "CREATE SCHEMA shop").await?.collect().await?;
+    /// # let ops = icestage::Operations::new(&ctx)?;
+    /// # let landing = tempfile::tempdir()?;
+    /// # std::fs::write(landing.path().join("1.csv"), "id,cents\n1,250\n")?;
+    /// # let prefix = format!("{}/", landing.path().display());
+    /// use icestage::{PipeName, PipeOptions};
+    ///
+    /// let name = PipeName::parse("orders")?;
+    /// ops.create_pipe(&name, "shop.orders", &prefix, vec![], PipeOptions::default()).await?;
+    /// let run = ops.run_pipe(&name).await?;
+    /// assert_eq!((run.files_loaded, run.rows), (1, 1));
+    /// // What is loaded is not loaded again.
+    /// assert_eq!(ops.run_pipe(&name).await?.files_loaded, 0);
+    /// std::fs::write(landing.path().join("2.csv"), "id,cents\n2,990\n")?;
+    /// assert_eq!(ops.run_pipe(&name).await?.files_loaded, 1);
+    /// assert_eq!(ops.pipe_status(&name).await?.files_loaded, 2);
+    /// # Ok::<_, icestage::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn create_pipe(
+        &self,
+        name: &PipeName,
+        table: impl Into<TableReference>,
+        uri: &str,
+        copy_options: Vec<(String, String)>,
+        options: PipeOptions,
+    ) -> Result<PipeStatus> {
+        let (catalog, target) = self.resolve(table.into())?;
+        let mut name = name.clone();
+        match &name.catalog {
+            Some(named) if *named != catalog => {
+                return Err(crate::error::Error::invalid(format!(
+                    "pipe {name} would live in catalog {named} but loads a table of catalog {catalog}: \
+                     a pipe lives in its table's catalog"
+                )));
+            }
+            _ if catalog != self.icestage.default_catalog().name() => {
+                name.catalog = Some(catalog);
+            }
+            _ => {}
+        }
+        let create = CreatePipe::new(name, false, target, uri.to_string(), copy_options, options)?;
+        crate::pipe::create(&self.icestage, &create).await
+    }
+
+    /// `RUN PIPE <name>`: loads what is new under the pipe's prefix now.
+    pub async fn run_pipe(&self, name: &PipeName) -> Result<PipeRun> {
+        crate::pipe::run::run_pipe(&self.icestage, name).await
+    }
+
+    /// One round of a pipe runner: runs every running pipe whose interval
+    /// has passed and that no other runner holds (what `icestage serve` does
+    /// every second); each pipe's outcome.
+    pub async fn run_due_pipes(&self) -> Result<Vec<(PipeName, Result<PipeRun>)>> {
+        crate::pipe::run::run_due(&self.icestage).await
+    }
+
+    /// `ALTER PIPE <name> PAUSE | RESUME`.
+    pub async fn set_pipe_state(&self, name: &PipeName, state: PipeState) -> Result<PipeStatus> {
+        crate::pipe::set_state(&self.icestage, name, state).await
+    }
+
+    /// `DROP PIPE [IF EXISTS] <name>`: whether there was a pipe to drop.
+    pub async fn drop_pipe(&self, name: &PipeName, if_exists: bool) -> Result<bool> {
+        crate::pipe::drop(&self.icestage, name, if_exists).await
+    }
+
+    /// `pipes()`: every pipe of every catalog.
+    pub async fn pipes(&self) -> Result<Vec<PipeStatus>> {
+        crate::pipe::statuses(&self.icestage).await
+    }
+
+    /// The recorded runs of every pipe (those that loaded or failed
+    /// something) that ended at or after `since`.
+    pub async fn pipe_runs_since(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<PipeRunRecord>> {
+        crate::pipe::runs_since(&self.icestage, since).await
+    }
+
+    /// `pipe_status('<name>')`.
+    pub async fn pipe_status(&self, name: &PipeName) -> Result<PipeStatus> {
+        crate::pipe::status(&self.icestage, name).await
     }
 }

@@ -123,6 +123,11 @@ pub enum Error {
     #[error("{0}")]
     InvalidInput(String),
 
+    /// Another process changed what the statement works on; nothing was
+    /// changed by this one.
+    #[error("{0}")]
+    Conflict(String),
+
     /// Bad configuration (catalog TOML, command line).
     #[error("configuration error: {0}")]
     Config(String),
@@ -196,7 +201,8 @@ impl Error {
             | Error::UploadState { .. }
             | Error::DownloadState { .. }
             | Error::ValidationFailed { .. }
-            | Error::Tampered { .. } => ErrorKind::Conflict,
+            | Error::Tampered { .. }
+            | Error::Conflict(_) => ErrorKind::Conflict,
             Error::Iceberg(e) => match e.kind() {
                 iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound => {
                     ErrorKind::NotFound

@@ -13,6 +13,7 @@ mod error;
 mod expiry;
 mod functions;
 mod ingest;
+mod pipe;
 mod plan;
 mod progress;
 mod rows;
@@ -39,7 +40,11 @@ pub use download::{DownloadId, DownloadState};
 pub use error::{Error, ErrorKind, Result, error_message};
 pub use expiry::StagingExpired;
 pub use ingest::copy_into::CopyReport;
-pub use ingest::{Compression, Format, SourceOptions};
+pub use ingest::{Compression, Format, OnError, SourceOptions};
+pub use pipe::run::PipeRun;
+pub use pipe::{
+    CreatePipe, PIPE_TABLE_PREFIX, PipeName, PipeOptions, PipeRunRecord, PipeState, PipeStatus,
+};
 pub use progress::{Progress, ProgressSink};
 pub use rows::ResultRow;
 pub use secret::Secret;

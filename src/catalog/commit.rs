@@ -18,7 +18,7 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use super::IcebergCatalog;
-use super::scoped::{LoadCheck, ScopedCatalog};
+use super::scoped::{LoadCheck, ScopedCatalog, both, load_check};
 use crate::error::{Error, Result};
 
 /// The snapshot of `table` whose summary has `key = value`, if any.
@@ -131,9 +131,23 @@ pub(crate) async fn append_once(
     key: &str,
     value: &str,
 ) -> Result<(i64, bool)> {
+    append_once_guarded(catalog, table, files, key, value, None).await
+}
+
+/// [`append_once`], with `guard` run on every version the commit would land
+/// on as well (after the evidence check): an error from it stops the commit
+/// and is returned.
+pub(crate) async fn append_once_guarded(
+    catalog: &IcebergCatalog,
+    table: &Table,
+    files: Vec<DataFile>,
+    key: &str,
+    value: &str,
+    guard: Option<LoadCheck>,
+) -> Result<(i64, bool)> {
     let (check_key, check_value) = (key.to_string(), value.to_string());
-    let check: LoadCheck =
-        Arc::new(
+    let evidence =
+        load_check(
             move |table: &Table| match snapshot_with(table, &check_key, &check_value) {
                 Some(_) => Err(iceberg::Error::new(
                     iceberg::ErrorKind::DataInvalid,
@@ -142,6 +156,10 @@ pub(crate) async fn append_once(
                 None => Ok(()),
             },
         );
+    let check = match guard {
+        Some(guard) => both(evidence, guard),
+        None => evidence,
+    };
     // Commits of this process to one table take turns; other processes are
     // met by retries.
     let _turn = catalog.exclusive(&table.identifier().to_string()).await;
@@ -209,7 +227,7 @@ pub(crate) async fn swap_properties(
     accept: impl Fn(&HashMap<String, String>) -> bool + Send + Sync + 'static,
     properties: HashMap<String, String>,
 ) -> Result<Swap> {
-    let check: LoadCheck = Arc::new(move |table: &Table| {
+    let check = load_check(move |table: &Table| {
         let props = table.metadata().properties();
         if accept(props) {
             Ok(())

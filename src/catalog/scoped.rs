@@ -23,6 +23,7 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use iceberg::table::Table;
 use iceberg::{
     Catalog, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
@@ -31,8 +32,31 @@ use iceberg::{
 
 use super::pointer::PointerStore;
 
-/// A check run on every table load; an error stops the caller.
-pub(crate) type LoadCheck = Arc<dyn Fn(&Table) -> Result<()> + Send + Sync>;
+/// A check run on every table load; an error stops the caller. It may read
+/// other tables (an async check), see [`load_check`] for a plain one.
+pub(crate) type LoadCheck = Arc<dyn Fn(Table) -> BoxFuture<'static, Result<()>> + Send + Sync>;
+
+/// A [`LoadCheck`] that needs nothing but the loaded table.
+pub(crate) fn load_check(
+    check: impl Fn(&Table) -> Result<()> + Send + Sync + 'static,
+) -> LoadCheck {
+    let check = Arc::new(check);
+    Arc::new(move |table: Table| {
+        let check = Arc::clone(&check);
+        Box::pin(async move { check(&table) })
+    })
+}
+
+/// Both checks, in order.
+pub(crate) fn both(first: LoadCheck, second: LoadCheck) -> LoadCheck {
+    Arc::new(move |table: Table| {
+        let (first, second) = (Arc::clone(&first), Arc::clone(&second));
+        Box::pin(async move {
+            first(table.clone()).await?;
+            second(table).await
+        })
+    })
+}
 
 /// See the module documentation.
 #[derive(Clone)]
@@ -146,7 +170,7 @@ impl Catalog for ScopedCatalog {
     async fn load_table(&self, table: &TableIdent) -> Result<Table> {
         let loaded = self.inner.load_table(table).await?;
         if let Some(check) = &self.on_load {
-            check(&loaded)?;
+            check(loaded.clone()).await?;
         }
         if let Some((_, checked)) = &self.exact {
             *checked.lock().expect("checked table") = Some(loaded.clone());

@@ -5,6 +5,7 @@
 //! the same command the statement runs.
 
 mod download;
+mod pipe;
 mod upload;
 
 use std::any::Any;
@@ -37,6 +38,8 @@ pub(crate) fn register_all(ctx: &SessionContext) {
     ctx.register_udtf("download_status", Arc::new(download::DownloadStatusFunc));
     ctx.register_udtf("downloads", Arc::new(download::DownloadsFunc));
     ctx.register_udtf("wait_download", Arc::new(download::WaitDownloadFunc));
+    ctx.register_udtf("pipes", Arc::new(pipe::PipesFunc));
+    ctx.register_udtf("pipe_status", Arc::new(pipe::PipeStatusFunc));
 }
 
 /// Builds the command once the session is known (names resolve against it).

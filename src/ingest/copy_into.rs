@@ -12,7 +12,7 @@
 //! only files not loaded before; a file changed in place (same URI, other
 //! size or ETag) is reported, not loaded, unless `force = true`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -25,20 +25,22 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::expr::Reference;
 use iceberg::spec::{DataFile, Datum, NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
-use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 
-use super::options::SourceOptions;
+use super::options::{Format, OnError, SourceOptions};
 use super::read::{PrefixTable, Source};
-use super::source::{Access, SourceFile, select};
+use super::source::select;
+pub(crate) use super::source::{Access, SourceFile};
 use crate::catalog::IcebergCatalog;
-use crate::catalog::commit::{append_once, snapshot_with};
+use crate::catalog::commit::{append_once_guarded, snapshot_with};
 use crate::catalog::insert::append_rows;
+use crate::catalog::scoped::LoadCheck;
 use crate::catalog::writer::write_rows;
 use crate::error::{Error, Result};
 use crate::rows::{Value, result_row};
 use crate::session::CommandContext;
-use crate::session::is_missing;
 use crate::session::log::ICESTAGE_NAMESPACE;
+use crate::session::{failpoint, is_missing};
 use crate::tables::ddl::iceberg_schema;
 
 /// Snapshot summary key carrying the copy id.
@@ -80,28 +82,44 @@ async fn log_table(catalog: &IcebergCatalog) -> Result<Table> {
 
 /// One file as the log knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Loaded {
-    size: Option<i64>,
-    etag: Option<String>,
+pub(crate) struct Loaded {
+    pub(crate) size: Option<i64>,
+    pub(crate) etag: Option<String>,
 }
 
-/// The files loaded into `target` by proven copies: URI → size and ETag.
-async fn loaded_files(catalog: &IcebergCatalog, target: &Table) -> Result<HashMap<String, Loaded>> {
-    let table = match catalog.catalog().load_table(&log_ident()).await {
+impl Loaded {
+    pub(crate) fn of(file: &SourceFile) -> Self {
+        Self {
+            size: Some(file.meta.size as i64),
+            etag: file.etag().map(str::to_string),
+        }
+    }
+}
+
+/// One row of the copy log.
+struct LogEntry {
+    file: String,
+    copy_id: String,
+    state: String,
+    loaded: Loaded,
+}
+
+/// The log's rows for the table named `target`.
+async fn log_entries(catalog: &dyn Catalog, target: &str) -> Result<Vec<LogEntry>> {
+    let table = match catalog.load_table(&log_ident()).await {
         Ok(table) => table,
-        Err(e) if is_missing(&e) => return Ok(HashMap::new()),
+        Err(e) if is_missing(&e) => return Ok(vec![]),
         Err(e) => return Err(e.into()),
     };
-    let name = target.identifier().to_string();
     let batches: Vec<RecordBatch> = table
         .scan()
-        .with_filter(Reference::new("target_table").equal_to(Datum::string(&name)))
+        .with_filter(Reference::new("target_table").equal_to(Datum::string(target)))
         .build()?
         .to_arrow()
         .await?
         .try_collect()
         .await?;
-    let mut rows: Vec<(String, String, String, Loaded)> = vec![];
+    let mut entries = vec![];
     for batch in &batches {
         let text = |name: &str| -> Result<Arc<dyn Array>> {
             Ok(cast(
@@ -127,29 +145,83 @@ async fn loaded_files(catalog: &IcebergCatalog, target: &Table) -> Result<HashMa
         );
         let size = size.as_primitive::<Int64Type>();
         for row in 0..batch.num_rows() {
-            rows.push((
-                file.value(row).to_string(),
-                copy.value(row).to_string(),
-                state.value(row).to_string(),
-                Loaded {
+            entries.push(LogEntry {
+                file: file.value(row).to_string(),
+                copy_id: copy.value(row).to_string(),
+                state: state.value(row).to_string(),
+                loaded: Loaded {
                     size: size.is_valid(row).then(|| size.value(row)),
                     etag: etag.is_valid(row).then(|| etag.value(row).to_string()),
                 },
-            ));
+            });
         }
     }
-    let committed: std::collections::HashSet<String> = rows
+    Ok(entries)
+}
+
+/// The copies of `entries` that are proven: by the `committed` marker or
+/// by a snapshot of `target` carrying the copy id.
+fn proven_copies(entries: &[LogEntry], target: &Table) -> HashSet<String> {
+    entries
         .iter()
-        .filter(|(_, copy, state, _)| {
-            state == "committed" || snapshot_with(target, SNAPSHOT_COPY_ID, copy).is_some()
+        .filter(|e| {
+            e.state == "committed" || snapshot_with(target, SNAPSHOT_COPY_ID, &e.copy_id).is_some()
         })
-        .map(|(_, copy, _, _)| copy.clone())
-        .collect();
-    Ok(rows
+        .map(|e| e.copy_id.clone())
+        .collect()
+}
+
+/// The files loaded into `target` by proven copies (URI → size and ETag),
+/// and those copies.
+pub(crate) async fn loaded_files(
+    catalog: &IcebergCatalog,
+    target: &Table,
+) -> Result<(HashMap<String, Loaded>, HashSet<String>)> {
+    let entries = log_entries(catalog.catalog().as_ref(), &target.identifier().to_string()).await?;
+    let proven = proven_copies(&entries, target);
+    let files = entries
         .into_iter()
-        .filter(|(file, copy, _, _)| !file.is_empty() && committed.contains(copy))
-        .map(|(file, _, _, loaded)| (file, loaded))
-        .collect())
+        .filter(|e| !e.file.is_empty() && proven.contains(&e.copy_id))
+        .map(|e| (e.file, e.loaded))
+        .collect();
+    Ok((files, proven))
+}
+
+const LOADED_MEANWHILE: &str = "loaded meanwhile: ";
+
+/// A check run on every version a copy's commit would land on: none of
+/// `files` may have been loaded by a copy that was not yet proven when this
+/// one chose its files (`known`). Two copies of the same new files (two
+/// statements, two pipe runners) race to the commit; the second finds the
+/// first here and commits nothing.
+fn not_loaded_meanwhile(
+    catalog: Arc<dyn Catalog>,
+    target: String,
+    files: HashSet<String>,
+    known: HashSet<String>,
+) -> LoadCheck {
+    let shared = Arc::new((catalog, target, files, known));
+    Arc::new(move |table: Table| {
+        let shared = Arc::clone(&shared);
+        Box::pin(async move {
+            let (catalog, target, files, known) = shared.as_ref();
+            let entries = log_entries(catalog.as_ref(), target)
+                .await
+                .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?;
+            let proven = proven_copies(&entries, &table);
+            match entries.iter().find(|e| {
+                files.contains(&e.file)
+                    && proven.contains(&e.copy_id)
+                    && !known.contains(&e.copy_id)
+            }) {
+                Some(e) => Err(iceberg::Error::new(
+                    iceberg::ErrorKind::DataInvalid,
+                    format!("{LOADED_MEANWHILE}{} (copy {})", e.file, e.copy_id),
+                )),
+                None => Ok(()),
+            }
+        })
+    })
 }
 
 async fn log_rows(
@@ -318,23 +390,72 @@ pub(crate) async fn copy_into(
     let catalog = ctx.icestage.catalog(catalog)?;
     let access = Access::open(uri, options).await?;
     let (files, format) = select(&access, uri, options).await?;
+    let run = copy_files(
+        catalog,
+        ident,
+        &access,
+        files,
+        format,
+        options,
+        &HashMap::new(),
+        ctx.progress(),
+    )
+    .await?;
+    Ok(run.report)
+}
+
+/// A file `COPY INTO` (with `on_error = 'skip_file'`) left out.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FailedFile {
+    pub(crate) uri: String,
+    pub(crate) loaded: Loaded,
+    pub(crate) error: String,
+}
+
+/// What [`copy_files`] did.
+#[derive(Debug)]
+pub(crate) struct CopyRun {
+    pub(crate) report: CopyReport,
+    /// Files that could not be loaded (only with `on_error = 'skip_file'`).
+    pub(crate) failed: Vec<FailedFile>,
+    /// The files as they were when this run decided to load them.
+    pub(crate) loaded: Vec<SourceFile>,
+}
+
+/// How many failed files a report names.
+const NAMED_FAILURES: usize = 5;
+
+/// Loads `files` (found under `access`, all of `format`) into `ident`: the
+/// files not loaded before, leaving out those in `failed_before` that did
+/// not change since they failed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn copy_files(
+    catalog: &IcebergCatalog,
+    ident: &TableIdent,
+    access: &Access,
+    files: Vec<SourceFile>,
+    format: Format,
+    options: &SourceOptions,
+    failed_before: &HashMap<String, Loaded>,
+    progress: Arc<dyn crate::progress::Progress>,
+) -> Result<CopyRun> {
     let existing = match catalog.catalog().load_table(ident).await {
         Ok(table) => Some(table),
         Err(e) if is_missing(&e) => None,
         Err(e) => return Err(e.into()),
     };
-    let loaded = match &existing {
+    let (loaded, known) = match &existing {
         Some(table) => loaded_files(catalog, table).await?,
-        None => HashMap::new(),
+        None => Default::default(),
     };
     let mut to_load = vec![];
     let mut skipped = 0i64;
     let mut changed = vec![];
     for file in files {
-        let now = Loaded {
-            size: Some(file.meta.size as i64),
-            etag: file.etag().map(str::to_string),
-        };
+        let now = Loaded::of(&file);
+        if failed_before.get(&file.uri) == Some(&now) {
+            continue;
+        }
         match loaded.get(&file.uri) {
             _ if options.force => to_load.push(file),
             None => to_load.push(file),
@@ -353,76 +474,190 @@ pub(crate) async fn copy_into(
             changed.join(", ")
         )
     };
+    let mut report = CopyReport {
+        files_loaded: 0,
+        files_skipped: skipped,
+        files_changed: changed.len() as i64,
+        files_failed: 0,
+        rows: 0,
+        snapshot_id: None,
+        table_created: false,
+        message: format!("nothing new to load into {name}{changed_note}"),
+    };
     if to_load.is_empty() {
-        return Ok(CopyReport {
-            files_loaded: 0,
-            files_skipped: skipped,
-            files_changed: changed.len() as i64,
-            rows: 0,
-            snapshot_id: None,
-            table_created: false,
-            message: format!("nothing new to load into {name}{changed_note}"),
+        return Ok(CopyRun {
+            report,
+            failed: vec![],
+            loaded: vec![],
         });
     }
 
-    let progress = ctx.progress();
+    let skip_failed = options.on_error == OnError::SkipFile;
+    let mut failed: Vec<FailedFile> = vec![];
+    let fail = |file: &SourceFile, error: Error| FailedFile {
+        uri: file.uri.clone(),
+        loaded: Loaded::of(file),
+        error: error.to_string(),
+    };
     progress.start(
         to_load.len() as u64,
         to_load.iter().map(|f| f.meta.size).sum(),
     );
-    let first = Arc::new(
-        Source::of_files(access.clone(), vec![to_load[0].clone()], format, options).await?,
-    );
+    // A new table takes the columns of the first file that opens.
+    let mut opened: Option<(usize, Arc<Source>)> = None;
     let (target, created) = match existing {
         Some(table) => (table, false),
-        None => target_table(catalog, ident, &first).await?,
+        None => {
+            for (n, file) in to_load.iter().enumerate() {
+                match Source::of_files(access.clone(), vec![file.clone()], format, options).await {
+                    Ok(source) => {
+                        opened = Some((n, Arc::new(source)));
+                        break;
+                    }
+                    Err(e) if skip_failed => failed.push(fail(file, e)),
+                    Err(e) => return Err(e),
+                }
+            }
+            let Some((_, first)) = &opened else {
+                report.files_failed = failed.len() as i64;
+                report.message = failed_message(&name, &failed, "no file could be read");
+                return Ok(CopyRun {
+                    report,
+                    failed,
+                    loaded: vec![],
+                });
+            };
+            target_table(catalog, ident, first).await?
+        }
     };
     let copy_id = uuid::Uuid::new_v4().to_string();
     // Files are read and written on their own tasks, as many at once as
     // there are cores; each streams, so memory grows with that count only.
     let parallel = std::thread::available_parallelism().map_or(1, usize::from);
-    let mut copies = futures::stream::iter(to_load.iter().cloned().enumerate())
+    let skip = opened.as_ref().map_or(0, |(n, _)| *n);
+    let mut copies = futures::stream::iter(to_load.iter().cloned().enumerate().skip(skip))
         .map(|(n, file)| {
-            let first = (n == 0).then(|| Arc::clone(&first));
+            let ready = opened
+                .as_ref()
+                .filter(|(first, _)| *first == n)
+                .map(|(_, source)| Arc::clone(source));
             let (access, target, options) = (access.clone(), target.clone(), options.clone());
             let prefix = format!("icestage-copy-{copy_id}-{n:05}");
             tokio::spawn(async move {
-                let size = file.meta.size;
-                let source = match first {
-                    Some(source) => source,
-                    None => Arc::new(Source::of_files(access, vec![file], format, &options).await?),
-                };
-                Ok::<_, Error>((copy_file(&target, source, &prefix).await?, size))
+                let written = async {
+                    let source = match ready {
+                        Some(source) => source,
+                        None => Arc::new(
+                            Source::of_files(access, vec![file.clone()], format, &options).await?,
+                        ),
+                    };
+                    copy_file(&target, source, &prefix).await
+                }
+                .await;
+                (file, written)
             })
         })
         .buffered(parallel);
     let mut data_files = vec![];
     let mut rows = 0i64;
+    let mut done = vec![];
     while let Some(copied) = copies.next().await {
-        let (written, size) =
-            copied.map_err(|e| Error::from(DataFusionError::ExecutionJoin(Box::new(e))))??;
-        rows += written.iter().map(|f| f.record_count() as i64).sum::<i64>();
-        data_files.extend(written);
-        progress.advance(1, size);
+        let (file, written) =
+            copied.map_err(|e| Error::from(DataFusionError::ExecutionJoin(Box::new(e))))?;
+        progress.advance(1, file.meta.size);
+        match written {
+            Ok(written) => {
+                rows += written.iter().map(|f| f.record_count() as i64).sum::<i64>();
+                data_files.extend(written);
+                done.push(file);
+            }
+            Err(e) if skip_failed => failed.push(fail(&file, e)),
+            Err(e) => return Err(e),
+        }
     }
-    log_rows(catalog, &name, &copy_id, "pending", &to_load).await?;
-    let (snapshot_id, _) =
-        append_once(catalog, &target, data_files, SNAPSHOT_COPY_ID, &copy_id).await?;
+    report.files_failed = failed.len() as i64;
+    report.table_created = created;
+    if done.is_empty() {
+        progress.finish();
+        report.message = failed_message(&name, &failed, "nothing was loaded");
+        return Ok(CopyRun {
+            report,
+            failed,
+            loaded: vec![],
+        });
+    }
+    log_rows(catalog, &name, &copy_id, "pending", &done).await?;
+    failpoint("copy.before-commit");
+    let guard = not_loaded_meanwhile(
+        Arc::clone(catalog.catalog()),
+        name.clone(),
+        done.iter().map(|f| f.uri.clone()).collect(),
+        known,
+    );
+    let snapshot_id = match append_once_guarded(
+        catalog,
+        &target,
+        data_files,
+        SNAPSHOT_COPY_ID,
+        &copy_id,
+        Some(guard),
+    )
+    .await
+    {
+        Ok((snapshot_id, _)) => snapshot_id,
+        Err(Error::Iceberg(e)) if e.message().starts_with(LOADED_MEANWHILE) => {
+            return Err(Error::Conflict(format!(
+                "another COPY INTO of {name} loaded some of the same files while this one ran ({}); \
+                 this one committed nothing: run it again to load what is still new",
+                e.message().trim_start_matches(LOADED_MEANWHILE)
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    failpoint("copy.after-commit");
     log_rows(catalog, &name, &copy_id, "committed", &[]).await?;
     progress.finish();
-    Ok(CopyReport {
-        files_loaded: to_load.len() as i64,
-        files_skipped: skipped,
-        files_changed: changed.len() as i64,
-        rows,
-        snapshot_id: Some(snapshot_id),
-        table_created: created,
-        message: format!(
-            "loaded {} file(s), {rows} row(s) into {name}{}{changed_note}",
-            to_load.len(),
-            if created { " (created)" } else { "" }
-        ),
+    report.files_loaded = done.len() as i64;
+    report.rows = rows;
+    report.snapshot_id = Some(snapshot_id);
+    report.message = format!(
+        "loaded {} file(s), {rows} row(s) into {name}{}{changed_note}{}",
+        done.len(),
+        if created { " (created)" } else { "" },
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {}",
+                failed_message(&name, &failed, "the rest was loaded")
+            )
+        }
+    );
+    Ok(CopyRun {
+        report,
+        failed,
+        loaded: done,
     })
+}
+
+/// `<n> file(s) failed (<uri>: <error>; ...)`, naming the first few.
+fn failed_message(name: &str, failed: &[FailedFile], outcome: &str) -> String {
+    let named: Vec<String> = failed
+        .iter()
+        .take(NAMED_FAILURES)
+        .map(|f| format!("{}: {}", f.uri, f.error))
+        .collect();
+    let more = failed.len().saturating_sub(NAMED_FAILURES);
+    format!(
+        "{} file(s) could not be loaded into {name}, {outcome} ({}{})",
+        failed.len(),
+        named.join("; "),
+        if more > 0 {
+            format!("; and {more} more")
+        } else {
+            String::new()
+        }
+    )
 }
 
 result_row! {
@@ -436,6 +671,9 @@ result_row! {
         /// Files loaded before that changed since, not loaded again (see
         /// `force`).
         pub files_changed: i64,
+        /// Files that could not be loaded and were left out (with
+        /// `on_error = 'skip_file'`).
+        pub files_failed: i64,
         /// Rows loaded.
         pub rows: i64,
         /// The table's snapshot holding them (none when nothing was new).

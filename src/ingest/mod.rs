@@ -15,13 +15,14 @@ pub(crate) mod read;
 pub(crate) mod source;
 pub(crate) mod store;
 
-pub use options::{Compression, Format, SourceOptions};
+pub use options::{Compression, Format, OnError, SourceOptions};
 
-/// The options `COPY INTO` takes: those of `read_s3_prefix`, and `force`.
+/// The options `COPY INTO` takes: those of `read_s3_prefix`, `force` and
+/// `on_error`.
 pub(crate) fn copy_options() -> Vec<&'static str> {
     options::READ_OPTIONS
         .iter()
         .copied()
-        .chain(["force"])
+        .chain(["force", "on_error"])
         .collect()
 }

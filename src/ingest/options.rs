@@ -124,6 +124,42 @@ pub struct SourceOptions {
     pub external_id: Option<String>,
     /// `COPY INTO`: load every selected file again, even those loaded before.
     pub force: bool,
+    /// `COPY INTO`: what a file that cannot be loaded does to the others.
+    pub on_error: OnError,
+}
+
+/// What `COPY INTO` does when one file cannot be read or does not fit the
+/// table (option `on_error`, as Snowflake's `COPY INTO` spells it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnError {
+    /// Nothing is loaded; the statement fails with the file's error
+    /// (`abort_statement`, the default).
+    #[default]
+    AbortStatement,
+    /// The file is left out and reported; the others are loaded
+    /// (`skip_file`, what a pipe does).
+    SkipFile,
+}
+
+impl OnError {
+    fn parse(text: &str) -> Result<Self> {
+        match text.to_ascii_lowercase().as_str() {
+            "abort_statement" | "abort" => Ok(Self::AbortStatement),
+            "skip_file" | "continue" => Ok(Self::SkipFile),
+            other => Err(Error::invalid(format!(
+                "on_error = '{other}' is not a choice: use 'abort_statement' (load nothing when a file fails) \
+                 or 'skip_file' (load the other files and report the failed ones)"
+            ))),
+        }
+    }
+
+    /// The option's spelling.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::AbortStatement => "abort_statement",
+            Self::SkipFile => "skip_file",
+        }
+    }
 }
 
 /// The option names `read_s3_prefix` and `infer_s3_schema` take.
@@ -216,6 +252,7 @@ impl SourceOptions {
                 "role_arn" => options.role_arn = text(),
                 "external_id" => options.external_id = text(),
                 "force" => options.force = parse_bool(&name, value)?,
+                "on_error" => options.on_error = OnError::parse(value)?,
                 _ => unreachable!("checked against accepted"),
             }
         }

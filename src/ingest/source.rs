@@ -339,6 +339,48 @@ impl SourceFile {
     pub(crate) fn etag(&self) -> Option<&str> {
         self.meta.e_tag.as_deref()
     }
+
+    fn of(access: &Access, meta: ObjectMeta) -> Self {
+        Self {
+            uri: access.uri_of(&meta.location),
+            compression: classify(meta.location.as_ref()).1,
+            meta,
+        }
+    }
+}
+
+/// Every data file under `access` (see [`is_candidate`]), sorted by key;
+/// an empty prefix is no error here.
+pub(crate) async fn candidates(access: &Access) -> Result<Vec<SourceFile>> {
+    Ok(access
+        .list()
+        .await?
+        .into_iter()
+        .filter(is_candidate)
+        .map(|meta| SourceFile::of(access, meta))
+        .collect())
+}
+
+/// The data files at `keys` (store paths, as S3 event notifications name
+/// them) that lie under `access`'s prefix, as they are now: keys outside the
+/// prefix, gone or not data files are left out.
+pub(crate) async fn files_at(access: &Access, keys: &[String]) -> Result<Vec<SourceFile>> {
+    let prefix = access.prefix()?;
+    let mut files = vec![];
+    for key in keys {
+        let path = ObjectPath::from(key.as_str());
+        if !path.prefix_matches(&prefix) && path != prefix {
+            continue;
+        }
+        match access.store.head(&path).await {
+            Ok(meta) if is_candidate(&meta) => files.push(SourceFile::of(access, meta)),
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(access.storage_error(e)),
+        }
+    }
+    files.sort_by(|a, b| a.uri.cmp(&b.uri));
+    files.dedup_by(|a, b| a.uri == b.uri);
+    Ok(files)
 }
 
 /// Files that are data, not markers: not folders, not empty, not hidden
@@ -410,11 +452,7 @@ pub(crate) async fn select(
     };
     let files: Vec<SourceFile> = chosen
         .iter()
-        .map(|meta| SourceFile {
-            uri: access.uri_of(&meta.location),
-            compression: classify(meta.location.as_ref()).1,
-            meta: (*meta).clone(),
-        })
+        .map(|meta| SourceFile::of(access, (*meta).clone()))
         .collect();
     let format = match options.format {
         Some(format) => format,

@@ -21,6 +21,9 @@ use crate::error::Result;
 use crate::expiry::StagingExpired;
 use crate::ingest::SourceOptions;
 use crate::ingest::copy_into::CopyReport;
+use crate::pipe;
+use crate::pipe::run::PipeRun;
+use crate::pipe::{CreatePipe, PipeName, PipeState, PipeStatus};
 use crate::rows::ResultRow;
 pub(crate) use crate::session::CommandContext;
 use crate::tables::ddl::CreateTable;
@@ -96,6 +99,18 @@ pub(crate) enum Command {
         options: Box<SourceOptions>,
         written: Vec<(String, String)>,
     },
+    /// `CREATE PIPE ...`
+    CreatePipe(Arc<CreatePipe>),
+    /// `RUN PIPE <name>`
+    RunPipe { name: PipeName },
+    /// `ALTER PIPE <name> PAUSE | RESUME`
+    AlterPipe { name: PipeName, state: PipeState },
+    /// `DROP PIPE [IF EXISTS] <name>`
+    DropPipe { name: PipeName, if_exists: bool },
+    /// `pipes()`
+    ListPipes,
+    /// `pipe_status('<name>')`
+    PipeStatus { name: PipeName },
     /// `ABORT UPLOAD '<id>'`
     AbortUpload { id: UploadId },
     /// `EXPIRE STAGING`
@@ -131,6 +146,12 @@ impl Command {
             Command::ListDownloads => "ListDownloads",
             Command::WaitDownload { .. } => "WaitDownload",
             Command::DropDownload { .. } => "DropDownload",
+            Command::CreatePipe(_) => "CreatePipe",
+            Command::RunPipe { .. } => "RunPipe",
+            Command::AlterPipe { .. } => "AlterPipe",
+            Command::DropPipe { .. } => "DropPipe",
+            Command::ListPipes => "ListPipes",
+            Command::PipeStatus { .. } => "PipeStatus",
             Command::AbortUpload { .. } => "AbortUpload",
             Command::ExpireStaging => "ExpireStaging",
             Command::UploadStatus { .. } => "UploadStatus",
@@ -152,6 +173,12 @@ impl Command {
             Command::VendCredentials { .. } => SessionCredentials::schema(),
             Command::ListConstraints { .. } => TableConstraint::schema(),
             Command::CopyInto { .. } => CopyReport::schema(),
+            Command::CreatePipe(_)
+            | Command::AlterPipe { .. }
+            | Command::ListPipes
+            | Command::PipeStatus { .. } => PipeStatus::schema(),
+            Command::RunPipe { .. } => PipeRun::schema(),
+            Command::DropPipe { .. } => Arc::new(Schema::empty()),
             Command::CreateDownload(_) => DownloadOpened::schema(),
             Command::DownloadStatus { .. }
             | Command::ListDownloads
@@ -241,6 +268,17 @@ impl Command {
             } => {
                 one(crate::ingest::copy_into::copy_into(&ctx, catalog, table, uri, options).await?)
             }
+            Command::CreatePipe(create) => one(pipe::create(&ctx.icestage, create).await?),
+            Command::RunPipe { name } => one(pipe::run::run_pipe(&ctx.icestage, name).await?),
+            Command::AlterPipe { name, state } => {
+                one(pipe::set_state(&ctx.icestage, name, *state).await?)
+            }
+            Command::DropPipe { name, if_exists } => {
+                pipe::drop(&ctx.icestage, name, *if_exists).await?;
+                Ok(RecordBatch::new_empty(self.schema()))
+            }
+            Command::ListPipes => PipeStatus::to_batch(&pipe::statuses(&ctx.icestage).await?),
+            Command::PipeStatus { name } => one(pipe::status(&ctx.icestage, name).await?),
             Command::AbortUpload { id } => one(upload::abort::abort_upload(&ctx, id).await?),
             Command::ExpireStaging => one(crate::expiry::expire_staging(&ctx).await?),
             Command::UploadStatus { id } => one(upload::status::upload_status(&ctx, id).await?),
@@ -367,6 +405,29 @@ impl fmt::Display for Command {
                 }
                 Ok(())
             }
+            Command::CreatePipe(create) => {
+                write!(
+                    f,
+                    "CreatePipe: {} into {} from {}, interval={}",
+                    create.name,
+                    create.target,
+                    create.uri,
+                    crate::config::format_duration(create.options.interval)
+                )?;
+                if let Some(queue) = &create.options.notification_queue {
+                    write!(f, ", notification_queue={queue}")?;
+                }
+                Ok(())
+            }
+            Command::RunPipe { name } => write!(f, "RunPipe: {name}"),
+            Command::AlterPipe { name, state } => write!(f, "AlterPipe: {name} {state}"),
+            Command::DropPipe { name, if_exists } => write!(
+                f,
+                "DropPipe: {name}{}",
+                if *if_exists { ", if_exists" } else { "" }
+            ),
+            Command::ListPipes => write!(f, "ListPipes"),
+            Command::PipeStatus { name } => write!(f, "PipeStatus: {name}"),
             Command::AbortUpload { id } => write!(f, "AbortUpload: upload={id}"),
             Command::ExpireStaging => write!(f, "ExpireStaging"),
             Command::UploadStatus { id } => write!(f, "UploadStatus: upload={id}"),

@@ -24,6 +24,7 @@ use crate::config::{Ttl, parse_duration};
 use crate::download::DownloadId;
 use crate::download::create::DownloadOptions;
 use crate::error::{Error, Result};
+use crate::pipe::{CreatePipe, PipeName, PipeOptions, PipeState};
 use crate::sql::parser::{Statement, check_options};
 use crate::tables::ddl;
 use crate::tables::ddl::CreateTable;
@@ -150,6 +151,64 @@ async fn plan_statement(
                 written: options,
             })
         }
+        Statement::CreatePipe {
+            name,
+            if_not_exists,
+            options,
+            copy,
+        } => {
+            let Statement::CopyInto {
+                table,
+                uri,
+                options: copy_options,
+            } = *copy
+            else {
+                return Err(Error::invalid(
+                    "CREATE PIPE ... AS takes a COPY INTO statement".to_string(),
+                ));
+            };
+            let mut name = pipe_name(state, &name)?;
+            let (catalog, target) = icestage.resolve(state, &table_reference(state, table)?)?;
+            match &name.catalog {
+                Some(named) if named != catalog.name() => {
+                    return Err(Error::invalid(format!(
+                        "pipe {name} would live in catalog {named} but loads a table of catalog {}: \
+                         a pipe lives in its table's catalog, name it {}.{}",
+                        catalog.name(),
+                        catalog.name(),
+                        name.name
+                    )));
+                }
+                _ => {}
+            }
+            if catalog.name() != icestage.default_catalog().name() {
+                name.catalog = Some(catalog.name().to_string());
+            }
+            let create = CreatePipe::new(
+                name,
+                if_not_exists,
+                target,
+                uri,
+                copy_options,
+                PipeOptions::from_pairs(&options)?,
+            )?;
+            command_plan(Command::CreatePipe(Arc::new(create)))
+        }
+        Statement::RunPipe { name } => command_plan(Command::RunPipe {
+            name: pipe_name(state, &name)?,
+        }),
+        Statement::AlterPipe { name, pause } => command_plan(Command::AlterPipe {
+            name: pipe_name(state, &name)?,
+            state: if pause {
+                PipeState::Paused
+            } else {
+                PipeState::Running
+            },
+        }),
+        Statement::DropPipe { name, if_exists } => command_plan(Command::DropPipe {
+            name: pipe_name(state, &name)?,
+            if_exists,
+        }),
         Statement::ExpireStaging => command_plan(Command::ExpireStaging),
         Statement::CreateNamespace {
             name,
@@ -197,19 +256,14 @@ fn table_reference(state: &SessionState, name: ObjectName) -> Result<TableRefere
     Ok(object_name_to_table_reference(name, normalize)?)
 }
 
-/// `ns` or `catalog.ns` to a catalog name and namespace.
-fn namespace_of(
-    state: &SessionState,
-    icestage: &Icestage,
-    name: &ObjectName,
-) -> Result<(String, NamespaceIdent)> {
+/// The parts of `name`, normalized as the session normalizes identifiers.
+fn name_parts(state: &SessionState, name: &ObjectName) -> Vec<String> {
     let normalize = state
         .config()
         .options()
         .sql_parser
         .enable_ident_normalization;
-    let parts: Vec<String> = name
-        .0
+    name.0
         .iter()
         .filter_map(|p| p.as_ident())
         .map(|i| {
@@ -219,7 +273,21 @@ fn namespace_of(
                 i.value.clone()
             }
         })
-        .collect();
+        .collect()
+}
+
+/// `name` or `catalog.name` to a pipe's name.
+fn pipe_name(state: &SessionState, name: &ObjectName) -> Result<PipeName> {
+    PipeName::parse(&name_parts(state, name).join("."))
+}
+
+/// `ns` or `catalog.ns` to a catalog name and namespace.
+fn namespace_of(
+    state: &SessionState,
+    icestage: &Icestage,
+    name: &ObjectName,
+) -> Result<(String, NamespaceIdent)> {
+    let parts = name_parts(state, name);
     match parts.as_slice() {
         [ns] => Ok((
             icestage.default_catalog().name().to_string(),

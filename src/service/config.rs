@@ -70,6 +70,10 @@ pub struct ServiceSettings {
     /// Where events go.
     #[serde(default)]
     pub webhook: Option<WebhookSettings>,
+    /// Whether this replica runs the catalogs' pipes (every replica may:
+    /// one at a time per pipe). On by default.
+    #[serde(default = "default_run_pipes")]
+    pub run_pipes: bool,
     /// Who may call, and what.
     #[serde(default)]
     pub tokens: Vec<TokenSettings>,
@@ -100,6 +104,10 @@ pub struct TokenSettings {
     pub tables: Vec<String>,
     /// `upload`, `download`.
     pub operations: Vec<String>,
+}
+
+fn default_run_pipes() -> bool {
+    true
 }
 
 fn default_listen() -> String {

@@ -423,6 +423,9 @@ pub async fn serve(config: ServiceConfig) -> Result<()> {
     if let Some(webhook) = state.0.config.service.webhook.clone() {
         tokio::spawn(webhooks::dispatch(state.clone(), webhook));
     }
+    if state.0.config.service.run_pipes {
+        tokio::spawn(run_pipes(state.clone()));
+    }
     let bound = format!("http://{}", listener.local_addr()?);
     let public = state.0.config.service.public_url.clone();
     let _ = state
@@ -437,6 +440,30 @@ pub async fn serve(config: ServiceConfig) -> Result<()> {
     state.0.icestage.finish_background_work().await;
     eprintln!("icestage serve: stopped");
     Ok(())
+}
+
+/// Runs the pipes of the service's catalogs for as long as it serves: every
+/// second, each running pipe whose interval has passed and that no other
+/// replica holds. What each run did goes to stderr (and to the webhooks,
+/// from the pipe's runs).
+async fn run_pipes(state: AppState) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        match state.ops().run_due_pipes().await {
+            Ok(runs) => {
+                for (name, run) in runs {
+                    match run {
+                        Ok(run) if run.files_loaded > 0 || run.files_failed > 0 => {
+                            eprintln!("icestage serve: pipe {name}: {}", run.message)
+                        }
+                        Ok(_) => {}
+                        Err(e) => eprintln!("icestage serve: pipe {name}: {}", e.user_message()),
+                    }
+                }
+            }
+            Err(e) => eprintln!("icestage serve: listing pipes failed: {}", e.user_message()),
+        }
+    }
 }
 
 /// Outcomes as the API answers them: JSON objects with the columns SQL

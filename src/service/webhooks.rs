@@ -1,5 +1,5 @@
 //! Webhooks: events (`upload.promoted`, `upload.failed`, `download.ready`,
-//! `download.failed`) derived from the catalog, POSTed to the configured URL
+//! `download.failed`, `pipe.loaded`, `pipe.failed`) derived from the catalog, POSTed to the configured URL
 //! and signed as Stripe signs its webhooks: header
 //! `Icestage-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
 //!
@@ -70,6 +70,26 @@ async fn events(state: &AppState) -> Vec<Event> {
             d.owner.is_some() && matches!(d.state, DownloadState::Ready | DownloadState::Failed)
         })
         .collect();
+    // Pipe runs of the last day: older ones were delivered, or given up.
+    let since = Utc::now() - chrono::Duration::days(1);
+    let runs = state.ops().pipe_runs_since(since).await.unwrap_or_default();
+    for (run, row) in runs.iter().zip(json_of(&runs).unwrap_or_default()) {
+        for (kind, happened) in [
+            ("pipe.loaded", run.files_loaded > 0),
+            (
+                "pipe.failed",
+                run.files_failed > 0 || run.snapshot_id.is_none() && run.files_loaded == 0,
+            ),
+        ] {
+            if happened {
+                out.push(Event {
+                    id: format!("{kind}:{}:{}", run.pipe, run.run_id),
+                    kind: kind.to_string(),
+                    data: row.clone(),
+                });
+            }
+        }
+    }
     for (kind, rows, id_column) in [
         ("upload", json_of(&uploads).unwrap_or_default(), "upload_id"),
         (

@@ -49,6 +49,36 @@ pub enum Statement {
         /// `WITH` options.
         options: Vec<(String, String)>,
     },
+    /// `CREATE PIPE [IF NOT EXISTS] <name> [WITH (...)] AS COPY INTO ...`
+    CreatePipe {
+        /// The pipe.
+        name: ObjectName,
+        /// `IF NOT EXISTS` was given.
+        if_not_exists: bool,
+        /// `WITH` options of the pipe.
+        options: Vec<(String, String)>,
+        /// The `COPY INTO` statement it runs.
+        copy: Box<Statement>,
+    },
+    /// `RUN PIPE <name>`
+    RunPipe {
+        /// The pipe.
+        name: ObjectName,
+    },
+    /// `ALTER PIPE <name> PAUSE | RESUME`
+    AlterPipe {
+        /// The pipe.
+        name: ObjectName,
+        /// `true` for `PAUSE`, `false` for `RESUME`.
+        pause: bool,
+    },
+    /// `DROP PIPE [IF EXISTS] <name>`
+    DropPipe {
+        /// The pipe.
+        name: ObjectName,
+        /// `IF EXISTS` was given.
+        if_exists: bool,
+    },
     /// `CREATE NAMESPACE [IF NOT EXISTS] <name>`
     CreateNamespace {
         /// The namespace.
@@ -137,6 +167,27 @@ impl fmt::Display for Statement {
                     .collect();
                 fmt_options(f, &shown)
             }
+            Statement::CreatePipe {
+                name,
+                if_not_exists,
+                options,
+                copy,
+            } => {
+                let ine = if *if_not_exists { "IF NOT EXISTS " } else { "" };
+                write!(f, "CREATE PIPE {ine}{name}")?;
+                fmt_options(f, options)?;
+                write!(f, " AS {copy}")
+            }
+            Statement::RunPipe { name } => write!(f, "RUN PIPE {name}"),
+            Statement::AlterPipe { name, pause } => write!(
+                f,
+                "ALTER PIPE {name} {}",
+                if *pause { "PAUSE" } else { "RESUME" }
+            ),
+            Statement::DropPipe { name, if_exists } => {
+                let ie = if *if_exists { "IF EXISTS " } else { "" };
+                write!(f, "DROP PIPE {ie}{name}")
+            }
             Statement::CreateNamespace {
                 name,
                 if_not_exists,
@@ -162,6 +213,10 @@ enum Head {
     CopyInto,
     CreateDownload,
     DropDownload,
+    CreatePipe,
+    RunPipe,
+    AlterPipe,
+    DropPipe,
     Explain,
     Other,
 }
@@ -238,6 +293,10 @@ impl<'a> IcestageParser<'a> {
             ("COPY", "INTO") => Head::CopyInto,
             ("CREATE", "DOWNLOAD") => Head::CreateDownload,
             ("DROP", "DOWNLOAD") => Head::DropDownload,
+            ("CREATE", "PIPE") => Head::CreatePipe,
+            ("RUN", "PIPE") => Head::RunPipe,
+            ("ALTER", "PIPE") => Head::AlterPipe,
+            ("DROP", "PIPE") => Head::DropPipe,
             ("EXPLAIN", _) => Head::Explain,
             _ => Head::Other,
         }
@@ -334,6 +393,59 @@ impl<'a> IcestageParser<'a> {
                 let id = self.parse_id(usage)?;
                 Ok(Statement::DropDownload { id })
             }
+            Head::CreatePipe => {
+                let usage = "CREATE PIPE [IF NOT EXISTS] <name> [WITH (interval = '30s')] AS COPY INTO <table> FROM '<uri>' [WITH (...)]";
+                self.expect_words(&["CREATE", "PIPE"], usage)?;
+                let if_not_exists =
+                    self.df
+                        .parser
+                        .parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+                let name = self.pipe_name(usage)?;
+                let options = self.parse_with_options()?;
+                if !self.df.parser.parse_keyword(Keyword::AS)
+                    || !matches!(self.head(), Head::CopyInto)
+                {
+                    return Err(self.usage(usage));
+                }
+                let copy = Box::new(self.parse_statement()?);
+                Ok(Statement::CreatePipe {
+                    name,
+                    if_not_exists,
+                    options,
+                    copy,
+                })
+            }
+            Head::RunPipe => {
+                let usage = "RUN PIPE <name>";
+                self.expect_words(&["RUN", "PIPE"], usage)?;
+                Ok(Statement::RunPipe {
+                    name: self.pipe_name(usage)?,
+                })
+            }
+            Head::AlterPipe => {
+                let usage = "ALTER PIPE <name> PAUSE | RESUME";
+                self.expect_words(&["ALTER", "PIPE"], usage)?;
+                let name = self.pipe_name(usage)?;
+                let pause = match self.df.parser.peek_token().token {
+                    ref t if is_word(t, "PAUSE") => true,
+                    ref t if is_word(t, "RESUME") => false,
+                    _ => return Err(self.usage(usage)),
+                };
+                self.df.parser.next_token();
+                Ok(Statement::AlterPipe { name, pause })
+            }
+            Head::DropPipe => {
+                let usage = "DROP PIPE [IF EXISTS] <name>";
+                self.expect_words(&["DROP", "PIPE"], usage)?;
+                let if_exists = self
+                    .df
+                    .parser
+                    .parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+                Ok(Statement::DropPipe {
+                    name: self.pipe_name(usage)?,
+                    if_exists,
+                })
+            }
             Head::Explain => {
                 // EXPLAIN of an icestage statement is icestage's; anything
                 // else is DataFusion's own EXPLAIN.
@@ -351,6 +463,13 @@ impl<'a> IcestageParser<'a> {
             }
             Head::Other => Ok(Statement::DataFusion(Box::new(self.df.parse_statement()?))),
         }
+    }
+
+    fn pipe_name(&mut self, usage: &str) -> Result<ObjectName> {
+        self.df
+            .parser
+            .parse_object_name(false)
+            .map_err(|_| self.usage(usage))
     }
 
     fn usage(&self, usage: &str) -> Error {
@@ -467,6 +586,11 @@ mod tests {
             "COPY INTO raw.events FROM 's3://b/in/' WITH (format = 'csv', all_files = 'true')",
             "CREATE DOWNLOAD WITH (ttl = '2h') AS SELECT a FROM t WHERE b > 1",
             "DROP DOWNLOAD 'abc'",
+            "CREATE PIPE IF NOT EXISTS events WITH (interval = '5s') AS COPY INTO raw.events FROM 's3://b/in/' WITH (format = 'csv')",
+            "RUN PIPE events",
+            "ALTER PIPE events PAUSE",
+            "ALTER PIPE local.events RESUME",
+            "DROP PIPE IF EXISTS events",
         ] {
             assert_eq!(one(sql).to_string(), sql);
         }

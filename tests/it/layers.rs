@@ -22,6 +22,7 @@ const LAYERS: &[&str] = &[
     "upload",
     "download",
     "ingest",
+    "pipe",
     "credentials",
     "expiry",
     "api",

@@ -9,6 +9,7 @@ mod exactly_once;
 mod ingest;
 mod insert;
 mod layers;
+mod pipes;
 mod pyiceberg;
 mod service;
 mod shell;

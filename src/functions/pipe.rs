@@ -1,0 +1,35 @@
+//! Pipe table functions: `pipes()`, `pipe_status('<name>')`.
+
+use std::sync::Arc;
+
+use datafusion::catalog::{TableFunctionImpl, TableProvider};
+use datafusion::error::Result as DFResult;
+use datafusion::logical_expr::Expr;
+
+use super::{CommandTable, at_most, string_arg};
+use crate::pipe::PipeName;
+use crate::plan::Command;
+
+/// `pipes()`: every pipe of every catalog.
+#[derive(Debug)]
+pub(crate) struct PipesFunc;
+
+impl TableFunctionImpl for PipesFunc {
+    fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
+        at_most(args, 0, "pipes", "pipes()")?;
+        Ok(CommandTable::of(Command::ListPipes))
+    }
+}
+
+/// `pipe_status('<name>')`: one row, where the pipe stands.
+#[derive(Debug)]
+pub(crate) struct PipeStatusFunc;
+
+impl TableFunctionImpl for PipeStatusFunc {
+    fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
+        let signature = "pipe_status('<pipe name>')";
+        at_most(args, 1, "pipe_status", signature)?;
+        let name = PipeName::parse(&string_arg(args, 0, "pipe_status", signature)?)?;
+        Ok(CommandTable::of(Command::PipeStatus { name }))
+    }
+}
