@@ -128,52 +128,53 @@ async fn resolve_credentials(options: &SourceOptions) -> Result<(Credentials, St
         )),
         _ => None,
     };
-    let (provider, identity): (SharedCredentialsProvider, String) = match (
-        &options.role_arn,
-        &explicit,
-    ) {
-        (Some(role), _) => {
-            let base = match &explicit {
-                Some(keys) => loader().credentials_provider(keys.clone()).load().await,
-                None => loader().load().await,
-            };
-            let mut builder = aws_config::sts::AssumeRoleProvider::builder(role)
-                .session_name("icestage-read")
-                .configure(&base);
-            if let Some(external_id) = &options.external_id {
-                builder = builder.external_id(external_id);
+    let (provider, identity): (SharedCredentialsProvider, String) =
+        match (&options.role_arn, &explicit) {
+            (Some(role), _) => {
+                let base = match &explicit {
+                    Some(keys) => loader().credentials_provider(keys.clone()).load().await,
+                    None => loader().load().await,
+                };
+                let mut builder = aws_config::sts::AssumeRoleProvider::builder(role)
+                    .session_name("icestage-read")
+                    .configure(&base);
+                if let Some(external_id) = &options.external_id {
+                    builder = builder.external_id(external_id);
+                }
+                (
+                    SharedCredentialsProvider::new(builder.build().await),
+                    format!("role {role}"),
+                )
             }
-            (
-                SharedCredentialsProvider::new(builder.build().await),
-                format!("role {role}"),
+            (None, Some(keys)) => (
+                SharedCredentialsProvider::new(keys.clone()),
+                format!("access key {}", keys.access_key_id()),
+            ),
+            (None, None) => {
+                let imds = aws_config::imds::credentials::ImdsCredentialsProvider::builder()
+                    .imds_client(
+                        aws_config::imds::Client::builder()
+                            .connect_timeout(Duration::from_millis(500))
+                            .read_timeout(Duration::from_millis(500))
+                            .build(),
+                    )
+                    .build();
+                // The environment first, as every AWS SDK orders it: an instance
+                // metadata endpoint that answers with an error (not "no role")
+                // ends a chain, and must not hide keys the process was given.
+                let chain = CredentialsProviderChain::first_try(
+                "environment",
+                aws_config::environment::credentials::EnvironmentVariableCredentialsProvider::new(),
             )
-        }
-        (None, Some(keys)) => (
-            SharedCredentialsProvider::new(keys.clone()),
-            format!("access key {}", keys.access_key_id()),
-        ),
-        (None, None) => {
-            let imds = aws_config::imds::credentials::ImdsCredentialsProvider::builder()
-                .imds_client(
-                    aws_config::imds::Client::builder()
-                        .connect_timeout(Duration::from_millis(500))
-                        .read_timeout(Duration::from_millis(500))
-                        .build(),
+            .or_else("instance role", imds)
+            .or_default_provider()
+            .await;
+                (
+                    SharedCredentialsProvider::new(chain),
+                    "the environment, instance role or default AWS credential chain".to_string(),
                 )
-                .build();
-            let chain = CredentialsProviderChain::first_try("instance role", imds)
-                .or_else(
-                    "environment",
-                    aws_config::environment::credentials::EnvironmentVariableCredentialsProvider::new(),
-                )
-                .or_default_provider()
-                .await;
-            (
-                SharedCredentialsProvider::new(chain),
-                "the instance role, environment or default AWS credential chain".to_string(),
-            )
-        }
-    };
+            }
+        };
     let credentials = provider.provide_credentials().await.map_err(|e| {
         Error::invalid(format!(
             "no AWS credentials from {identity}: {}; pass access_key_id and secret_access_key, or role_arn",

@@ -274,8 +274,15 @@ async fn run(icestage: &Icestage, pipe: Pipe, manual: bool) -> Result<Option<Pip
             }
             Ok(Some(result))
         }
-        Err(e) if manual => Err(e),
-        Err(_) => Ok(Some(result)),
+        // A scheduled run that fails as the last one did stays quiet (it is
+        // in pipe_status); a new error is the caller's to report.
+        Err(e)
+            if !manual
+                && pipe.last_error.as_deref() == Some(short_error(&e.user_message()).as_str()) =>
+        {
+            Ok(Some(result))
+        }
+        Err(e) => Err(e),
     }
 }
 

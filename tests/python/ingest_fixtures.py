@@ -87,6 +87,29 @@ if __name__ == "__main__":
             for name in names:
                 path = os.path.join(folder, name)
                 s3.upload_file(path, bucket, os.path.relpath(path, root))
+    elif command == "notify":
+        # A bucket whose created objects are announced on an SQS queue;
+        # prints the queue's URL.
+        endpoint, bucket, queue = args
+        s3 = client(endpoint)
+        s3.create_bucket(Bucket=bucket)
+        sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id="AKIASERVICEIDENTITY",
+                           aws_secret_access_key="service-secret-never-printed")
+        url = sqs.create_queue(QueueName=queue)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={
+            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}]})
+        print(url)
+    elif command == "queue-depth":
+        endpoint, url = args
+        sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id="AKIASERVICEIDENTITY",
+                           aws_secret_access_key="service-secret-never-printed")
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+        print(int(attributes["ApproximateNumberOfMessages"])
+              + int(attributes["ApproximateNumberOfMessagesNotVisible"]))
     elif command == "put":
         endpoint, bucket, key, text = args
         client(endpoint).put_object(Bucket=bucket, Key=key, Body=text.encode())

@@ -4,6 +4,7 @@
 //! bounded load test. This file holds what they share.
 
 mod load;
+mod pipes;
 mod processes;
 mod router;
 mod webhooks;
@@ -162,6 +163,8 @@ async fn poll_until(app: &axum::Router, path: &str, states: &[&str]) -> Value {
 struct Service {
     child: Child,
     url: String,
+    /// What the service printed on stderr since it listened.
+    stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl Service {
@@ -191,8 +194,38 @@ impl Service {
             }
         };
         // Keep draining stderr so the service never blocks on it.
-        std::thread::spawn(move || for _ in lines {});
-        Self { child, url }
+        let stderr = Arc::new(Mutex::new(vec![]));
+        let kept = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in lines.map_while(std::result::Result::ok) {
+                kept.lock().unwrap().push(line);
+            }
+        });
+        Self { child, url, stderr }
+    }
+
+    /// Waits up to `timeout` for a stderr line containing `needle`.
+    fn wait_for_line(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self
+                .stderr
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains(needle))
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// Kills the process at once (SIGKILL), as a crash would.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -4,14 +4,14 @@ use super::*;
 
 /// What a receiver saw.
 #[derive(Default)]
-struct Received {
-    attempts: usize,
+pub(super) struct Received {
+    pub(super) attempts: usize,
     /// (signature header, body) of each acknowledged delivery.
-    acknowledged: Vec<(String, String)>,
+    pub(super) acknowledged: Vec<(String, String)>,
 }
 
 /// A webhook receiver that refuses the first `refuse` deliveries.
-async fn receiver(refuse: usize) -> (String, Arc<Mutex<Received>>) {
+pub(super) async fn receiver(refuse: usize) -> (String, Arc<Mutex<Received>>) {
     let received = Arc::new(Mutex::new(Received::default()));
     let state = Arc::clone(&received);
     let app = axum::Router::new().route(
