@@ -110,6 +110,18 @@ impl PointerStore {
         if !swapped {
             // Best effort: an orphan is harmless, only untidy.
             let _ = base.file_io().delete(&new).await;
+        } else if metadata
+            .properties()
+            .get(DELETE_AFTER_COMMIT)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            // As Iceberg's own writers do with this property: the metadata
+            // files that fell out of the log (bounded by
+            // `write.metadata.previous-versions-max`) are deleted, so a
+            // table whose properties change often keeps a bounded folder.
+            for old in removed_metadata(base, metadata) {
+                let _ = base.file_io().delete(&old).await;
+            }
         }
         Ok(swapped)
     }
@@ -198,4 +210,25 @@ impl PointerStore {
             _ => Ok(None),
         }
     }
+}
+
+/// The table property that asks for old metadata files to be deleted.
+const DELETE_AFTER_COMMIT: &str = "write.metadata.delete-after-commit.enabled";
+
+/// The metadata files `base` knew (its own and its log) that `next`'s log no
+/// longer holds.
+fn removed_metadata(base: &Table, next: &TableMetadata) -> Vec<String> {
+    let kept: std::collections::HashSet<&str> = next
+        .metadata_log()
+        .iter()
+        .map(|entry| entry.metadata_file.as_str())
+        .collect();
+    base.metadata()
+        .metadata_log()
+        .iter()
+        .map(|entry| entry.metadata_file.as_str())
+        .chain(base.metadata_location())
+        .filter(|file| !kept.contains(file))
+        .map(str::to_string)
+        .collect()
 }

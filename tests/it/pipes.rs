@@ -307,3 +307,48 @@ async fn racing_copies_of_the_same_files_load_each_once() {
     }
     eprintln!("racing copies: {refusals} of 4 rounds had a copy refused at its commit");
 }
+
+/// Every run changes the pipe's properties (its lease, its last run); the
+/// metadata files of the versions before the last ten are deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipe_keeps_a_bounded_metadata_folder() {
+    let landing = tempfile::tempdir().unwrap();
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    run(
+        &ctx,
+        &format!(
+            "CREATE PIPE quiet AS COPY INTO raw.t FROM '{}' WITH (format = 'csv')",
+            folder_uri(landing.path())
+        ),
+    )
+    .await
+    .unwrap();
+    for _ in 0..20 {
+        run_pipe(&ctx, "quiet").await;
+    }
+    let metadata_files = walk(warehouse.path())
+        .into_iter()
+        .filter(|p| {
+            p.to_string_lossy().contains("pipe_quiet")
+                && p.to_string_lossy().ends_with(".metadata.json")
+        })
+        .count();
+    // 41 versions were written: the last ten of the log and the current one
+    // remain.
+    assert!((2..=11).contains(&metadata_files), "{metadata_files}");
+    assert_eq!(status(&ctx, "quiet", "state").await, "running");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
