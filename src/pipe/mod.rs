@@ -207,7 +207,6 @@ fn bounded(name: &str, value: &str, (min, max): (Duration, Duration)) -> Result<
 impl PipeOptions {
     /// Reads `CREATE PIPE`'s `WITH (...)` pairs.
     pub(crate) fn from_pairs(pairs: &[(String, String)]) -> Result<Self> {
-        crate::sql::parser::check_options("CREATE PIPE", pairs, PIPE_OPTIONS)?;
         let mut options = Self::default();
         for (key, value) in pairs {
             match key.as_str() {
@@ -223,7 +222,12 @@ impl PipeOptions {
                     }
                     options.notification_queue = Some(value.clone());
                 }
-                _ => unreachable!("checked against PIPE_OPTIONS"),
+                other => {
+                    return Err(Error::invalid(format!(
+                        "CREATE PIPE has no option '{other}': valid options are {}",
+                        PIPE_OPTIONS.join(", ")
+                    )));
+                }
             }
         }
         Ok(options)
