@@ -20,12 +20,13 @@ use crate::download::DownloadId;
 use crate::download::create::{DownloadOpened, DownloadOptions, create_download, plan_download};
 use crate::download::status::{DownloadDropped, DownloadStatus};
 use crate::error::Result;
-use crate::expiry::StagingExpired;
+use crate::expiry::{ExpireOptions, SnapshotsExpired, StagingExpired};
 use crate::ingest::SourceOptions;
 use crate::ingest::copy_into::CopyReport;
 use crate::pipe::run::PipeRun;
 use crate::pipe::{CreatePipe, PipeName, PipeOptions, PipeRunRecord, PipeState, PipeStatus};
 use crate::session::CommandContext;
+use crate::tables::maintain::ManifestsRewritten;
 use crate::tables::rules::TableConstraint;
 use crate::upload::UploadId;
 use crate::upload::abort::UploadAborted;
@@ -386,6 +387,28 @@ impl Operations {
     /// ```
     pub async fn expire_staging(&self) -> Result<StagingExpired> {
         crate::expiry::expire_staging(&self.context()?).await
+    }
+
+    /// `EXPIRE SNAPSHOTS <table>`: removes old snapshots from `table`'s
+    /// metadata, keeping the exactly-once evidence of unfinished
+    /// promotions and copies.
+    pub async fn expire_snapshots(
+        &self,
+        table: impl Into<TableReference>,
+        options: ExpireOptions,
+    ) -> Result<SnapshotsExpired> {
+        let (catalog, ident) = self.resolve(table.into())?;
+        crate::expiry::expire_snapshots(&self.context()?, &catalog, &ident, &options).await
+    }
+
+    /// `REWRITE MANIFESTS <table>`: merges the table's data manifests into
+    /// one per partition spec (no row changes).
+    pub async fn rewrite_manifests(
+        &self,
+        table: impl Into<TableReference>,
+    ) -> Result<ManifestsRewritten> {
+        let (catalog, ident) = self.resolve(table.into())?;
+        crate::tables::maintain::rewrite_manifests(&self.context()?, &catalog, &ident).await
     }
 
     /// `table_constraints(table)`: the rules promotions into `table` check.

@@ -68,3 +68,165 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<StagingExpire
         tables_removed: removed,
     })
 }
+
+result_row! {
+    /// What `EXPIRE SNAPSHOTS <table>` did.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct SnapshotsExpired {
+        /// The table.
+        pub table_name: String,
+        /// Snapshots removed from its metadata.
+        pub snapshots_expired: i64,
+        /// Snapshots it keeps.
+        pub snapshots_kept: i64,
+        /// Old snapshots kept because they are an unfinished promotion's
+        /// exactly-once evidence.
+        pub snapshots_protected: i64,
+        /// What happened, in words.
+        pub message: String,
+    }
+}
+
+/// How `EXPIRE SNAPSHOTS` chooses (Iceberg's `expire_snapshots` options).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpireOptions {
+    /// Snapshots older than this go (default 5 days, Iceberg's
+    /// `history.expire.max-snapshot-age-ms` default).
+    pub older_than: std::time::Duration,
+    /// The newest snapshots kept whatever their age (at least 1, default 1).
+    pub retain_last: usize,
+}
+
+impl Default for ExpireOptions {
+    fn default() -> Self {
+        Self {
+            older_than: std::time::Duration::from_secs(5 * 86_400),
+            retain_last: 1,
+        }
+    }
+}
+
+/// `EXPIRE SNAPSHOTS <table>`: removes the snapshots older than
+/// `older_than` beyond the last `retain_last` from the table's metadata,
+/// keeping the exactly-once evidence: a snapshot that promoted an upload
+/// whose session has not finished stays, and the copy ids of `COPY INTO`
+/// snapshots are marked committed in the copy log before their snapshots go.
+/// Manifest lists of the expired snapshots are deleted; manifests and data
+/// files are not (another snapshot may list them).
+pub(crate) async fn expire_snapshots(
+    ctx: &CommandContext,
+    catalog: &str,
+    ident: &iceberg::TableIdent,
+    options: &ExpireOptions,
+) -> Result<SnapshotsExpired> {
+    use std::collections::HashSet;
+
+    use iceberg::transaction::{ApplyTransactionAction, Transaction};
+
+    use crate::catalog::scoped::ScopedCatalog;
+    use crate::ingest::copy_into::{SNAPSHOT_COPY_ID, mark_committed};
+    use crate::upload::{SNAPSHOT_UPLOAD_ID, UploadId, find_staging};
+
+    let catalog = ctx.icestage.catalog(catalog)?;
+    let table = catalog.catalog().load_table(ident).await?;
+    let metadata = table.metadata();
+    let cutoff = Utc::now().timestamp_millis()
+        - i64::try_from(options.older_than.as_millis()).unwrap_or(i64::MAX);
+    // The newest `retain_last` of the main branch's ancestry, and every
+    // branch or tag head, stay.
+    // Every branch's and tag's head (iceberg-rust's metadata lists its refs
+    // only in its serialized form).
+    let mut kept: HashSet<i64> = serde_json::to_value(metadata)
+        .ok()
+        .and_then(|m| m.get("refs").and_then(|r| r.as_object()).cloned())
+        .unwrap_or_default()
+        .values()
+        .filter_map(|r| r.get("snapshot-id").and_then(serde_json::Value::as_i64))
+        .collect();
+    let mut cursor = metadata.current_snapshot_id();
+    for _ in 0..options.retain_last.max(1) {
+        let Some(id) = cursor else { break };
+        kept.insert(id);
+        cursor = metadata
+            .snapshot_by_id(id)
+            .and_then(|s| s.parent_snapshot_id());
+    }
+    let mut expire = vec![];
+    let mut protected = 0i64;
+    let mut copies = vec![];
+    for snapshot in metadata.snapshots() {
+        if kept.contains(&snapshot.snapshot_id()) || snapshot.timestamp_ms() >= cutoff {
+            continue;
+        }
+        let props = &snapshot.summary().additional_properties;
+        if let Some(upload) = props.get(SNAPSHOT_UPLOAD_ID)
+            && let Ok(id) = UploadId::parse(upload)
+            && find_staging(&ctx.icestage, &id).await?.is_some()
+        {
+            protected += 1;
+            continue;
+        }
+        if let Some(copy) = props.get(SNAPSHOT_COPY_ID) {
+            copies.push(copy.clone());
+        }
+        expire.push(snapshot.snapshot_id());
+    }
+    let name = ident.to_string();
+    if expire.is_empty() {
+        return Ok(SnapshotsExpired {
+            table_name: name.clone(),
+            snapshots_expired: 0,
+            snapshots_kept: metadata.snapshots().count() as i64,
+            snapshots_protected: protected,
+            message: format!("no snapshot of {name} is old enough to expire"),
+        });
+    }
+    // The snapshot is the proof that a copy committed; before it goes, the
+    // copy log says so itself.
+    mark_committed(catalog, &name, &copies).await?;
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .expire_snapshots()
+        .expire_snapshot_ids(expire.iter().copied())
+        .expire_older_than_ms(i64::MIN)
+        .retain_last(1)
+        .apply(tx)?;
+    let exact = ScopedCatalog::new(std::sync::Arc::clone(catalog.catalog()))
+        .exact(catalog.pointers().clone());
+    let expired = tx.commit(&exact).await.map_err(|e| {
+        if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
+            crate::error::Error::Conflict(format!(
+                "{name} changed while its snapshots were expired; nothing was expired: run EXPIRE SNAPSHOTS again"
+            ))
+        } else {
+            e.into()
+        }
+    })?;
+    let remaining: HashSet<i64> = expired
+        .metadata()
+        .snapshots()
+        .map(|s| s.snapshot_id())
+        .collect();
+    for snapshot in metadata.snapshots() {
+        if !remaining.contains(&snapshot.snapshot_id()) {
+            // Best effort: an orphan is harmless, only untidy.
+            let _ = table.file_io().delete(snapshot.manifest_list()).await;
+        }
+    }
+    let gone = (metadata.snapshots().count() - remaining.len()) as i64;
+    Ok(SnapshotsExpired {
+        table_name: name.clone(),
+        snapshots_expired: gone,
+        snapshots_kept: remaining.len() as i64,
+        snapshots_protected: protected,
+        message: format!(
+            "expired {gone} snapshot(s) of {name}, kept {}{}",
+            remaining.len(),
+            if protected > 0 {
+                format!(" ({protected} kept as the evidence of promotions not finished yet)")
+            } else {
+                String::new()
+            }
+        ),
+    })
+}

@@ -89,23 +89,64 @@ fn append(
         .apply(tx)?)
 }
 
-/// Appends `files` to `table` in one snapshot. `Transaction::commit` loads
-/// the table again at the start of every attempt, so `table` may be stale.
+/// Appends `files` to `table` in one snapshot; the table as committed.
+/// `Transaction::commit` loads the table again at the start of every
+/// attempt, so `table` may be stale. The commit swaps the table's pointer
+/// from the version it was applied to ([`ScopedCatalog::exact`]), which also
+/// honours `write.metadata.delete-after-commit.enabled`.
 pub(crate) async fn append_files(
     catalog: &IcebergCatalog,
     table: &Table,
     files: Vec<DataFile>,
-) -> Result<()> {
+) -> Result<Table> {
     // Commits of this process to one table take turns; other processes are
     // met by retries.
     let _turn = catalog.exclusive(&table.identifier().to_string()).await;
+    let exact = ScopedCatalog::new(Arc::clone(catalog.catalog())).exact(catalog.pointers().clone());
     retrying(|| async {
-        append(table, &files, HashMap::new())?
-            .commit(catalog.catalog().as_ref())
-            .await?;
-        Ok(())
+        Ok(append(table, &files, HashMap::new())?
+            .commit(&exact)
+            .await?)
     })
     .await
+}
+
+/// Snapshots an icestage-owned table keeps (see [`trim_snapshots`]).
+const KEPT_SNAPSHOTS: usize = 10;
+
+/// Expires all but the last [`KEPT_SNAPSHOTS`] snapshots of `table`, one of
+/// icestage's own append-only tables, once it has twice as many, and deletes
+/// the manifest lists of the expired ones. Their manifests and data files
+/// stay: every later snapshot of an append-only table lists them. A
+/// concurrent commit wins; the trim is left to the next append.
+pub(crate) async fn trim_snapshots(catalog: &IcebergCatalog, table: &Table) -> Result<()> {
+    if table.metadata().snapshots().count() <= 2 * KEPT_SNAPSHOTS {
+        return Ok(());
+    }
+    let tx = Transaction::new(table);
+    let tx = tx
+        .expire_snapshots()
+        .retain_last(KEPT_SNAPSHOTS)
+        .expire_older_than_ms(chrono::Utc::now().timestamp_millis())
+        .apply(tx)?;
+    let exact = ScopedCatalog::new(Arc::clone(catalog.catalog())).exact(catalog.pointers().clone());
+    let trimmed = match tx.commit(&exact).await {
+        Ok(trimmed) => trimmed,
+        Err(e) if retry(&e, 0) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let kept: std::collections::HashSet<i64> = trimmed
+        .metadata()
+        .snapshots()
+        .map(|s| s.snapshot_id())
+        .collect();
+    for snapshot in table.metadata().snapshots() {
+        if !kept.contains(&snapshot.snapshot_id()) {
+            // Best effort: an orphan is harmless, only untidy.
+            let _ = table.file_io().delete(snapshot.manifest_list()).await;
+        }
+    }
+    Ok(())
 }
 
 /// A count that the summary of `snapshot` holds (`total-records`,

@@ -33,7 +33,7 @@ use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::table::Table;
 
 use super::IcebergCatalog;
-use super::commit::append_files;
+use super::commit::{append_files, trim_snapshots};
 use crate::catalog::writer::{write_partitions, write_rows};
 use crate::error::Result;
 use crate::rows::one_batch;
@@ -168,7 +168,8 @@ pub(crate) async fn append_rows(
     let prefix = format!("icestage-{}", uuid::Uuid::new_v4());
     let rows = futures::stream::iter([batch(schema, rows)]);
     let files = write_rows(table, &prefix, rows).await?;
-    append_files(catalog, table, files).await
+    let appended = append_files(catalog, table, files).await?;
+    trim_snapshots(catalog, &appended).await
 }
 
 /// The plan of an `INSERT INTO` an Iceberg table: one output partition with

@@ -383,31 +383,114 @@ impl IcebergCatalog {
     }
 
     /// Table `ident`, created with `schema` (and its namespace) unless it
-    /// exists; racing creators both get the table.
+    /// exists; racing creators both get the table. For the tables icestage
+    /// keeps for itself: see [`Self::owned_table`].
     pub(crate) async fn table_or_create(
         &self,
         ident: &TableIdent,
         schema: impl FnOnce() -> Result<Schema>,
     ) -> Result<Table> {
-        match self.catalog.load_table(ident).await {
-            Ok(table) => return Ok(table),
+        self.owned_table(ident, schema, None).await
+    }
+
+    /// One of the tables icestage keeps for itself (logs, deliveries,
+    /// pipes), created with `schema` unless it exists, with
+    /// [`OWNED_TABLE_PROPERTIES`] (a bounded metadata folder) and, with
+    /// `partition_by = Some((field id, name))`, partitioned by that column's
+    /// value, so a lookup by it reads only the manifests that hold it. A
+    /// table created before either is brought up to date here (new files are
+    /// partitioned; older ones stay as they are).
+    pub(crate) async fn owned_table(
+        &self,
+        ident: &TableIdent,
+        schema: impl FnOnce() -> Result<Schema>,
+        partition_by: Option<(i32, &str)>,
+    ) -> Result<Table> {
+        let spec = partition_by
+            .map(|(field, name)| {
+                iceberg::spec::UnboundPartitionSpec::builder()
+                    .add_partition_field(field, name, iceberg::spec::Transform::Identity)
+                    .map(|b| b.build())
+            })
+            .transpose()?;
+        let table = match self.catalog.load_table(ident).await {
+            Ok(table) => table,
             Err(e)
                 if e.kind() == iceberg::ErrorKind::TableNotFound
-                    || e.kind() == iceberg::ErrorKind::NamespaceNotFound => {}
+                    || e.kind() == iceberg::ErrorKind::NamespaceNotFound =>
+            {
+                self.ensure_namespace(ident.namespace()).await?;
+                let creation = TableCreation::builder()
+                    .name(ident.name().to_string())
+                    .schema(schema()?)
+                    .partition_spec_opt(spec.clone())
+                    .properties(owned_table_properties())
+                    .build();
+                match self.catalog.create_table(ident.namespace(), creation).await {
+                    Ok(table) => return Ok(table),
+                    // Another process created it first (the SQL catalog may
+                    // report the race as a failed insert rather than
+                    // TableAlreadyExists).
+                    Err(e) => self.catalog.load_table(ident).await.map_err(|_| e)?,
+                }
+            }
             Err(e) => return Err(e.into()),
-        }
-        self.ensure_namespace(ident.namespace()).await?;
-        let creation = TableCreation::builder()
-            .name(ident.name().to_string())
-            .schema(schema()?)
-            .build();
-        match self.catalog.create_table(ident.namespace(), creation).await {
-            Ok(table) => Ok(table),
-            // Another process created it first (the SQL catalog may report
-            // the race as a failed insert rather than TableAlreadyExists).
-            Err(e) => self.catalog.load_table(ident).await.map_err(|_| e.into()),
-        }
+        };
+        // Boxed: the callers' futures nest deep enough already.
+        Box::pin(self.bring_up_to_date(table, spec)).await
     }
+
+    /// Sets the owned-table properties and the partition spec on a table
+    /// created without them; the table as it is afterwards.
+    async fn bring_up_to_date(
+        &self,
+        table: Table,
+        spec: Option<iceberg::spec::UnboundPartitionSpec>,
+    ) -> Result<Table> {
+        use iceberg::TableUpdate;
+
+        let mut table = table;
+        for _ in 0..10 {
+            let props = table.metadata().properties();
+            let missing: HashMap<String, String> = owned_table_properties()
+                .into_iter()
+                .filter(|(k, _)| !props.contains_key(k))
+                .collect();
+            let repartition = spec
+                .as_ref()
+                .filter(|_| table.metadata().default_partition_spec().is_unpartitioned());
+            if missing.is_empty() && repartition.is_none() {
+                return Ok(table);
+            }
+            let mut updates = vec![];
+            if !missing.is_empty() {
+                updates.push(TableUpdate::SetProperties { updates: missing });
+            }
+            if let Some(spec) = repartition {
+                updates.push(TableUpdate::AddSpec { spec: spec.clone() });
+                updates.push(TableUpdate::SetDefaultSpec { spec_id: -1 });
+            }
+            // A race with another process (an append, the same change) is
+            // met by looking again.
+            let _ = append::apply_append(self, &table, updates).await?;
+            table = self.catalog.load_table(table.identifier()).await?;
+        }
+        Ok(table)
+    }
+}
+
+/// Properties of the tables icestage keeps for itself: ten earlier metadata
+/// versions kept, older metadata files deleted after each commit.
+pub(crate) const OWNED_TABLE_PROPERTIES: [(&str, &str); 2] = [
+    ("write.metadata.previous-versions-max", "10"),
+    ("write.metadata.delete-after-commit.enabled", "true"),
+];
+
+pub(crate) fn owned_table_properties() -> HashMap<String, String> {
+    OWNED_TABLE_PROPERTIES
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// What [`IcebergCatalog::remove_table`] deletes besides the catalog entry.

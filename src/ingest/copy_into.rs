@@ -77,7 +77,11 @@ fn log_schema() -> Result<Schema> {
 }
 
 async fn log_table(catalog: &IcebergCatalog) -> Result<Table> {
-    catalog.table_or_create(&log_ident(), log_schema).await
+    // Partitioned by target table: a copy reads the entries of its own
+    // target only.
+    catalog
+        .owned_table(&log_ident(), log_schema, Some((1, "by_target")))
+        .await
 }
 
 /// One file as the log knows it.
@@ -234,16 +238,7 @@ async fn log_rows(
     let table = log_table(catalog).await?;
     let now = Some(Utc::now());
     let rows: Vec<Vec<Value>> = if files.is_empty() {
-        vec![vec![
-            Value::from(target),
-            Value::from(""),
-            Value::Int(None),
-            Value::Str(None),
-            Value::Str(None),
-            Value::from(copy_id),
-            Value::from(state),
-            Value::from(now),
-        ]]
+        vec![marker(target, copy_id, state)]
     } else {
         files
             .iter()
@@ -261,6 +256,38 @@ async fn log_rows(
             })
             .collect()
     };
+    append_rows(catalog, &table, &rows).await
+}
+
+/// A log row about a whole copy (no file): its `state`.
+fn marker(target: &str, copy_id: &str, state: &str) -> Vec<Value> {
+    vec![
+        Value::from(target),
+        Value::from(""),
+        Value::Int(None),
+        Value::Str(None),
+        Value::Str(None),
+        Value::from(copy_id),
+        Value::from(state),
+        Value::from(Some(Utc::now())),
+    ]
+}
+
+/// Marks `copies` into `target` committed in the log, in one commit: what
+/// proves them once their snapshots are expired.
+pub(crate) async fn mark_committed(
+    catalog: &IcebergCatalog,
+    target: &str,
+    copies: &[String],
+) -> Result<()> {
+    if copies.is_empty() {
+        return Ok(());
+    }
+    let table = log_table(catalog).await?;
+    let rows: Vec<Vec<Value>> = copies
+        .iter()
+        .map(|copy| marker(target, copy, "committed"))
+        .collect();
     append_rows(catalog, &table, &rows).await
 }
 

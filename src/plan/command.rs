@@ -18,7 +18,7 @@ use crate::download::DownloadId;
 use crate::download::create::{CreateDownload, DownloadOpened};
 use crate::download::status::{DownloadDropped, DownloadStatus};
 use crate::error::Result;
-use crate::expiry::StagingExpired;
+use crate::expiry::{ExpireOptions, SnapshotsExpired, StagingExpired};
 use crate::ingest::SourceOptions;
 use crate::ingest::copy_into::CopyReport;
 use crate::pipe;
@@ -27,6 +27,7 @@ use crate::pipe::{CreatePipe, PipeName, PipeState, PipeStatus};
 use crate::rows::ResultRow;
 pub(crate) use crate::session::CommandContext;
 use crate::tables::ddl::CreateTable;
+use crate::tables::maintain::ManifestsRewritten;
 use crate::tables::rules::{Rule, TableConstraint};
 use crate::upload;
 use crate::upload::UploadId;
@@ -115,6 +116,14 @@ pub(crate) enum Command {
     AbortUpload { id: UploadId },
     /// `EXPIRE STAGING`
     ExpireStaging,
+    /// `REWRITE MANIFESTS <table>`
+    RewriteManifests { catalog: String, table: TableIdent },
+    /// `EXPIRE SNAPSHOTS <table> [WITH (...)]`
+    ExpireSnapshots {
+        catalog: String,
+        table: TableIdent,
+        options: ExpireOptions,
+    },
     /// `upload_status('<id>')`
     UploadStatus { id: UploadId },
     /// `uploads()`
@@ -154,6 +163,8 @@ impl Command {
             Command::PipeStatus { .. } => "PipeStatus",
             Command::AbortUpload { .. } => "AbortUpload",
             Command::ExpireStaging => "ExpireStaging",
+            Command::ExpireSnapshots { .. } => "ExpireSnapshots",
+            Command::RewriteManifests { .. } => "RewriteManifests",
             Command::UploadStatus { .. } => "UploadStatus",
             Command::ListUploads => "ListUploads",
             Command::CreateNamespace { .. } => "CreateNamespace",
@@ -168,6 +179,8 @@ impl Command {
             Command::PromoteUpload { .. } => Promotion::schema(),
             Command::AbortUpload { .. } => UploadAborted::schema(),
             Command::ExpireStaging => StagingExpired::schema(),
+            Command::ExpireSnapshots { .. } => SnapshotsExpired::schema(),
+            Command::RewriteManifests { .. } => ManifestsRewritten::schema(),
             Command::UploadStatus { .. } | Command::ListUploads => UploadStatus::schema(),
             Command::UploadFindings { .. } => UploadFinding::schema(),
             Command::VendCredentials { .. } => SessionCredentials::schema(),
@@ -281,6 +294,14 @@ impl Command {
             Command::PipeStatus { name } => one(pipe::status(&ctx.icestage, name).await?),
             Command::AbortUpload { id } => one(upload::abort::abort_upload(&ctx, id).await?),
             Command::ExpireStaging => one(crate::expiry::expire_staging(&ctx).await?),
+            Command::ExpireSnapshots {
+                catalog,
+                table,
+                options,
+            } => one(crate::expiry::expire_snapshots(&ctx, catalog, table, options).await?),
+            Command::RewriteManifests { catalog, table } => {
+                one(crate::tables::maintain::rewrite_manifests(&ctx, catalog, table).await?)
+            }
             Command::UploadStatus { id } => one(upload::status::upload_status(&ctx, id).await?),
             Command::ListUploads => {
                 UploadStatus::to_batch(&upload::status::list_uploads(&ctx).await?)
@@ -430,6 +451,19 @@ impl fmt::Display for Command {
             Command::PipeStatus { name } => write!(f, "PipeStatus: {name}"),
             Command::AbortUpload { id } => write!(f, "AbortUpload: upload={id}"),
             Command::ExpireStaging => write!(f, "ExpireStaging"),
+            Command::RewriteManifests { catalog, table } => {
+                write!(f, "RewriteManifests: {catalog}.{table}")
+            }
+            Command::ExpireSnapshots {
+                catalog,
+                table,
+                options,
+            } => write!(
+                f,
+                "ExpireSnapshots: {catalog}.{table}, older_than={}, retain_last={}",
+                crate::config::format_duration(options.older_than),
+                options.retain_last
+            ),
             Command::UploadStatus { id } => write!(f, "UploadStatus: upload={id}"),
             Command::ListUploads => write!(f, "ListUploads"),
             Command::CreateNamespace {

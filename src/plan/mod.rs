@@ -24,6 +24,7 @@ use crate::config::{Ttl, parse_duration};
 use crate::download::DownloadId;
 use crate::download::create::DownloadOptions;
 use crate::error::{Error, Result};
+use crate::expiry::ExpireOptions;
 use crate::pipe::{CreatePipe, PipeName, PipeOptions, PipeState};
 use crate::sql::parser::{Statement, check_options};
 use crate::tables::ddl;
@@ -210,6 +211,37 @@ async fn plan_statement(
             if_exists,
         }),
         Statement::ExpireStaging => command_plan(Command::ExpireStaging),
+        Statement::RewriteManifests { table } => {
+            let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
+            command_plan(Command::RewriteManifests {
+                catalog: catalog.name().to_string(),
+                table,
+            })
+        }
+        Statement::ExpireSnapshots { table, options } => {
+            check_options("EXPIRE SNAPSHOTS", &options, &["older_than", "retain_last"])?;
+            let mut expire = ExpireOptions::default();
+            if let Some(value) = option(&options, "older_than") {
+                expire.older_than = parse_duration(value)?;
+            }
+            if let Some(value) = option(&options, "retain_last") {
+                expire.retain_last = value
+                    .parse()
+                    .ok()
+                    .filter(|n: &usize| (1..=1_000_000).contains(n))
+                    .ok_or_else(|| {
+                        Error::invalid(format!(
+                            "retain_last = '{value}' is not a count of snapshots: give a whole number from 1"
+                        ))
+                    })?;
+            }
+            let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
+            command_plan(Command::ExpireSnapshots {
+                catalog: catalog.name().to_string(),
+                table,
+                options: expire,
+            })
+        }
         Statement::CreateNamespace {
             name,
             if_not_exists,

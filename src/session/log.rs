@@ -97,8 +97,14 @@ fn log_schema(log: SessionLog) -> Result<Schema> {
 
 /// The log table of `catalog`, created on first use.
 pub(crate) async fn log_table(catalog: &IcebergCatalog, log: SessionLog) -> Result<Table> {
+    // Partitioned by the session id: a lookup reads only the manifests
+    // that hold that id, however long the log is.
     catalog
-        .table_or_create(&log_ident(log), || log_schema(log))
+        .owned_table(
+            &log_ident(log),
+            || log_schema(log),
+            Some((ID_FIELD, "by_id")),
+        )
         .await
 }
 
@@ -362,7 +368,11 @@ mod tests {
             .await
             .unwrap();
         catalog
-            .table_or_create(&log_ident(DOWNLOADS), || log_schema(UPLOADS))
+            .owned_table(
+                &log_ident(DOWNLOADS),
+                || log_schema(UPLOADS),
+                Some((ID_FIELD, "by_id")),
+            )
             .await
             .unwrap();
         append(&catalog, DOWNLOADS, &written).await.unwrap();
@@ -378,5 +388,88 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    /// A log written before logs were partitioned by id (and had the
+    /// owned-table properties) gets both on first use; its old records and
+    /// the new ones are found alike, and a lookup of a new record reads its
+    /// own manifest only.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_unpartitioned_log_is_partitioned_on_first_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = IcestageConfig::embedded(dir.path()).unwrap();
+        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
+        let namespace = NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string());
+        catalog.ensure_namespace(&namespace).await.unwrap();
+        let old = catalog
+            .catalog()
+            .create_table(
+                &namespace,
+                iceberg::TableCreation::builder()
+                    .name(UPLOADS.table.to_string())
+                    .schema(log_schema(UPLOADS).unwrap())
+                    .build(),
+            )
+            .await
+            .unwrap();
+        assert!(old.metadata().default_partition_spec().is_unpartitioned());
+        crate::catalog::insert::append_rows(
+            &catalog,
+            &old,
+            &[vec![
+                Value::from("old"),
+                Value::from("ended"),
+                Value::from("s.t"),
+                Value::from("staging.old"),
+                Value::from(None::<chrono::DateTime<Utc>>),
+                Value::from(None::<chrono::DateTime<Utc>>),
+                Value::from(Some(Utc::now())),
+                Value::from(Some(1i64)),
+                Value::from(Some(1i64)),
+                Value::from(None::<i64>),
+                Value::from(None::<String>),
+                Value::from(None::<String>),
+            ]],
+        )
+        .await
+        .unwrap();
+
+        let table = log_table(&catalog, UPLOADS).await.unwrap();
+        assert!(!table.metadata().default_partition_spec().is_unpartitioned());
+        let props = table.metadata().properties();
+        assert_eq!(
+            props
+                .get("write.metadata.delete-after-commit.enabled")
+                .map(String::as_str),
+            Some("true")
+        );
+        for n in 0..3 {
+            append(
+                &catalog,
+                UPLOADS,
+                &record(&format!("new{n}"), "s.t", "staging.x"),
+            )
+            .await
+            .unwrap();
+        }
+        let found: SessionRecord<Ended> = lookup(&catalog, UPLOADS, "old").await.unwrap().unwrap();
+        assert_eq!(found.staging, "staging.old");
+        let found: SessionRecord<Ended> = lookup(&catalog, UPLOADS, "new1").await.unwrap().unwrap();
+        assert_eq!(found.id, "new1");
+
+        // Each new manifest says which id it holds (what a scan for one id
+        // prunes by, without reading it); the old one cannot.
+        let table = log_table(&catalog, UPLOADS).await.unwrap();
+        let manifests = table
+            .manifest_list_reader(table.metadata().current_snapshot().unwrap())
+            .load()
+            .await
+            .unwrap();
+        let summarized = manifests
+            .entries()
+            .iter()
+            .filter(|m| m.partitions.as_ref().is_some_and(|p| !p.is_empty()))
+            .count();
+        assert_eq!((manifests.entries().len(), summarized), (4, 3));
     }
 }

@@ -28,6 +28,18 @@ pub enum Statement {
     AbortUpload(UploadStatement),
     /// `EXPIRE STAGING`
     ExpireStaging,
+    /// `EXPIRE SNAPSHOTS <table> [WITH (...)]`
+    ExpireSnapshots {
+        /// The table.
+        table: ObjectName,
+        /// `WITH` options.
+        options: Vec<(String, String)>,
+    },
+    /// `REWRITE MANIFESTS <table>`
+    RewriteManifests {
+        /// The table.
+        table: ObjectName,
+    },
     /// `CREATE DOWNLOAD [WITH (...)] AS <query>`
     CreateDownload {
         /// `WITH` options.
@@ -142,6 +154,11 @@ impl fmt::Display for Statement {
             }
             Statement::AbortUpload(s) => write!(f, "ABORT UPLOAD '{}'", s.id),
             Statement::ExpireStaging => write!(f, "EXPIRE STAGING"),
+            Statement::ExpireSnapshots { table, options } => {
+                write!(f, "EXPIRE SNAPSHOTS {table}")?;
+                fmt_options(f, options)
+            }
+            Statement::RewriteManifests { table } => write!(f, "REWRITE MANIFESTS {table}"),
             Statement::CreateDownload { options, query } => {
                 write!(f, "CREATE DOWNLOAD")?;
                 fmt_options(f, options)?;
@@ -209,6 +226,8 @@ enum Head {
     PromoteUpload,
     AbortUpload,
     ExpireStaging,
+    ExpireSnapshots,
+    RewriteManifests,
     CreateNamespace,
     CopyInto,
     CreateDownload,
@@ -288,6 +307,8 @@ impl<'a> IcestageParser<'a> {
             ("CREATE", "UPLOAD") => Head::CreateUpload,
             ("PROMOTE", _) => Head::PromoteUpload,
             ("ABORT", "UPLOAD") => Head::AbortUpload,
+            ("EXPIRE", "SNAPSHOTS") => Head::ExpireSnapshots,
+            ("REWRITE", "MANIFESTS") => Head::RewriteManifests,
             ("EXPIRE", _) => Head::ExpireStaging,
             ("CREATE", "NAMESPACE") => Head::CreateNamespace,
             ("COPY", "INTO") => Head::CopyInto,
@@ -335,6 +356,27 @@ impl<'a> IcestageParser<'a> {
             Head::ExpireStaging => {
                 self.expect_words(&["EXPIRE", "STAGING"], "EXPIRE STAGING")?;
                 Ok(Statement::ExpireStaging)
+            }
+            Head::ExpireSnapshots => {
+                let usage = "EXPIRE SNAPSHOTS <namespace>.<table> [WITH (older_than = '5d', retain_last = 1)]";
+                self.expect_words(&["EXPIRE", "SNAPSHOTS"], usage)?;
+                let table = self
+                    .df
+                    .parser
+                    .parse_object_name(false)
+                    .map_err(|_| self.usage(usage))?;
+                let options = self.parse_with_options()?;
+                Ok(Statement::ExpireSnapshots { table, options })
+            }
+            Head::RewriteManifests => {
+                let usage = "REWRITE MANIFESTS <namespace>.<table>";
+                self.expect_words(&["REWRITE", "MANIFESTS"], usage)?;
+                let table = self
+                    .df
+                    .parser
+                    .parse_object_name(false)
+                    .map_err(|_| self.usage(usage))?;
+                Ok(Statement::RewriteManifests { table })
             }
             Head::CreateNamespace => {
                 self.expect_words(&["CREATE", "NAMESPACE"], "CREATE NAMESPACE <name>")?;
@@ -581,6 +623,8 @@ mod tests {
             "PROMOTE UPLOAD '0123456789abcdef0123456789abcdef'",
             "ABORT UPLOAD 'abc'",
             "EXPIRE STAGING",
+            "EXPIRE SNAPSHOTS payments.transactions WITH (older_than = '1h', retain_last = '5')",
+            "REWRITE MANIFESTS payments.transactions",
             "CREATE NAMESPACE IF NOT EXISTS payments",
             "EXPLAIN PROMOTE UPLOAD 'abc'",
             "COPY INTO raw.events FROM 's3://b/in/' WITH (format = 'csv', all_files = 'true')",

@@ -140,10 +140,16 @@ async fn many_uploads_promoted_at_once_into_one_target_all_land_once() {
 fn kill_at(warehouse: &Warehouse, id: &str, failpoint: &str) {
     // A short claim lease: the run after the kill waits for the dead
     // promotion's claim to lapse before it takes over.
-    let mut command = icestage(
+    kill_sql_at(
         warehouse,
         &format!("SET icestage.promotion_lease = '2s'; PROMOTE UPLOAD '{id}'"),
+        failpoint,
     );
+}
+
+/// Runs `sql` in a shell process that is SIGKILLed at `failpoint`.
+fn kill_sql_at(warehouse: &Warehouse, sql: &str, failpoint: &str) {
+    let mut command = icestage(warehouse, sql);
     command.env("ICESTAGE_FAILPOINT", failpoint);
     let mut child = spawn(command);
     let stderr = child.stderr.take().unwrap();
@@ -163,7 +169,7 @@ fn kill_at(warehouse: &Warehouse, id: &str, failpoint: &str) {
             Err(_) => {
                 let _ = child.kill();
                 panic!(
-                    "the promotion never reached {failpoint}: {:?}",
+                    "the statement never reached {failpoint}: {:?}",
                     child.wait()
                 );
             }
@@ -280,4 +286,131 @@ async fn promote_and_abort_racing_never_both_win() {
         );
     }
     eprintln!("{trials} trials: promote won {promoted}, abort won {aborted}");
+}
+
+/// `EXPIRE SNAPSHOTS` keeps what exactly once rests on: the snapshot of a
+/// promotion killed after its commit stays until the promotion finishes,
+/// and a copy killed after its commit is marked committed in the copy log
+/// before its snapshot goes, so neither lands twice when run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiring_snapshots_keeps_the_exactly_once_evidence() {
+    let warehouse = Warehouse::new();
+    let unfinished = target_with_upload(&warehouse, 5).await;
+    kill_at(&warehouse, &unfinished, "promote.after-commit");
+    let ctx = warehouse.session().await;
+    for _ in 0..2 {
+        let done = target_with_upload(&warehouse, 3).await;
+        run(&ctx, &format!("PROMOTE UPLOAD '{done}'"))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let expired = run(
+        &ctx,
+        "EXPIRE SNAPSHOTS s.t WITH (older_than = '10ms', retain_last = 1)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (
+            crate::common::value(&expired, "snapshots_protected"),
+            crate::common::value(&expired, "snapshots_kept"),
+        ),
+        ("1".to_string(), "2".to_string()),
+        "{}",
+        crate::common::value(&expired, "message")
+    );
+    let again = icestage(
+        &warehouse,
+        &format!("SELECT state, rows FROM promote_upload('{unfinished}')"),
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "state,rows\npromoted,5\n",
+        "{}",
+        text(&again)
+    );
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "11");
+    // Now finished, its snapshot may go too.
+    let expired = run(&ctx, "EXPIRE SNAPSHOTS s.t WITH (older_than = '1ms')")
+        .await
+        .unwrap();
+    assert_eq!(crate::common::value(&expired, "snapshots_protected"), "0");
+    assert_eq!(
+        scalar(&ctx, "SELECT count(*) FROM s.t$snapshots").await,
+        "1"
+    );
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "11");
+
+    // A copy killed after its commit, before its log says so.
+    let landing = tempfile::tempdir().unwrap();
+    std::fs::write(landing.path().join("a.csv"), "id,name\n1,a\n2,b\n").unwrap();
+    let copy = format!(
+        "COPY INTO raw.c FROM 'file://{}/' WITH (all_files = true)",
+        landing.path().display()
+    );
+    kill_sql_at(&warehouse, &copy, "copy.after-commit");
+    std::fs::write(landing.path().join("b.csv"), "id,name\n3,c\n").unwrap();
+    run(&ctx, &copy).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let expired = run(&ctx, "EXPIRE SNAPSHOTS raw.c WITH (older_than = '10ms')")
+        .await
+        .unwrap();
+    assert_eq!(crate::common::value(&expired, "snapshots_expired"), "1");
+    let batches = run(&ctx, &copy).await.unwrap();
+    assert_eq!(crate::common::value(&batches, "files_loaded"), "0");
+    assert_eq!(crate::common::value(&batches, "files_skipped"), "2");
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM raw.c").await, "3");
+}
+
+/// `REWRITE MANIFESTS` merges a target's one-manifest-per-promotion into
+/// one, changing no row; promotions before it are still answered as
+/// promoted, and promotions after it append on top.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewriting_manifests_changes_no_row_and_keeps_the_evidence() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let mut ids = vec![];
+    for _ in 0..4 {
+        let id = target_with_upload(&warehouse, 3).await;
+        run(&ctx, &format!("PROMOTE UPLOAD '{id}'")).await.unwrap();
+        ids.push(id);
+    }
+    let before = scalar(&ctx, "SELECT sum(id), count(*) FROM s.t").await;
+    let rewritten = run(&ctx, "REWRITE MANIFESTS s.t").await.unwrap();
+    assert_eq!(
+        (
+            crate::common::value(&rewritten, "manifests_before"),
+            crate::common::value(&rewritten, "manifests_after"),
+            crate::common::value(&rewritten, "data_files"),
+        ),
+        ("4".to_string(), "1".to_string(), "4".to_string())
+    );
+    assert_eq!(
+        scalar(&ctx, "SELECT sum(id), count(*) FROM s.t").await,
+        before
+    );
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "12");
+    // Promoted before the rewrite: still answered, nothing lands again.
+    let again = run(&ctx, &format!("PROMOTE UPLOAD '{}'", ids[0]))
+        .await
+        .unwrap();
+    assert_eq!(crate::common::value(&again, "state"), "promoted");
+    let late = target_with_upload(&warehouse, 2).await;
+    run(&ctx, &format!("PROMOTE UPLOAD '{late}'"))
+        .await
+        .unwrap();
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "14");
+    for id in ids.iter().chain([&late]) {
+        assert_eq!(landed(&warehouse, id).await.1, "1");
+    }
+    let twice = run(&ctx, "REWRITE MANIFESTS s.t").await.unwrap();
+    assert_eq!(crate::common::value(&twice, "manifests_after"), "1");
+    let once_more = run(&ctx, "REWRITE MANIFESTS s.t").await.unwrap();
+    assert!(
+        crate::common::value(&once_more, "message")
+            .contains("one data manifest per partition spec already")
+    );
 }

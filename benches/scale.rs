@@ -1,0 +1,157 @@
+//! Per-upload cost as uploads accumulate (`./scripts/bench-scale.sh`): one
+//! target on the embedded catalog; each upload is opened, gets 2 rows,
+//! is promoted, and its status read, in rounds of 100. Prints each round's
+//! time per upload (and each step's share), the warehouse's size and files,
+//! and the ratio of the last round to the second.
+//!
+//! `--uploads N` (default 1,000; a multiple of 100). `--maintain` also runs,
+//! after each round (untimed in ms/upload, shown apart), what a user's
+//! maintenance job would: `EXPIRE SNAPSHOTS` (keeping 10) and
+//! `REWRITE MANIFESTS` on the target.
+
+use std::time::{Duration, Instant};
+
+use datafusion::prelude::SessionContext;
+use icestage::{IcestageConfig, Operations, PromoteOptions, UploadOptions, UploadState};
+
+const ROUND: usize = 100;
+
+async fn run(ctx: &SessionContext, sql: &str) {
+    icestage::sql(ctx, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// Bytes and files under `dir`.
+fn size(dir: &std::path::Path) -> (u64, u64) {
+    let mut total = (0, 0);
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        if meta.is_dir() {
+            let (bytes, files) = size(&entry.path());
+            total = (total.0 + bytes, total.1 + files);
+        } else {
+            total = (total.0 + meta.len(), total.1 + 1);
+        }
+    }
+    total
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let uploads: usize = args
+        .iter()
+        .position(|a| a == "--uploads")
+        .and_then(|i| args.get(i + 1))
+        .map_or(1000, |n| n.parse().expect("--uploads N"));
+    let maintain = args.iter().any(|a| a == "--maintain");
+    assert!(
+        uploads >= 2 * ROUND && uploads % ROUND == 0,
+        "--uploads: a multiple of {ROUND}, at least {}",
+        2 * ROUND
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let warehouse = tempfile::tempdir().unwrap();
+        let ctx = SessionContext::new();
+        icestage::register(&ctx, IcestageConfig::embedded(warehouse.path()).unwrap())
+            .await
+            .unwrap();
+        let ops = Operations::new(&ctx).unwrap();
+        run(&ctx, "CREATE SCHEMA shop").await;
+        run(
+            &ctx,
+            "CREATE TABLE shop.orders (id BIGINT NOT NULL, cents BIGINT)",
+        )
+        .await;
+        println!(
+            "{uploads} uploads into one target, embedded catalog{}; per round of {ROUND}:",
+            if maintain { ", target maintained after each round" } else { "" }
+        );
+        println!(
+            "{:>6} {:>10} {:>8} {:>8} {:>8} {:>8} {:>11} {:>8} {:>12}",
+            "round",
+            "ms/upload",
+            "create",
+            "insert",
+            "promote",
+            "status",
+            "warehouse",
+            "files",
+            "bytes/upload"
+        );
+        let mut per_round = vec![];
+        let mut last_size = 0u64;
+        for round in 0..uploads / ROUND {
+            let mut steps = [Duration::ZERO; 4];
+            let started = Instant::now();
+            for n in 0..ROUND {
+                let id = (round * ROUND + n) as i64;
+                let t = Instant::now();
+                let upload = ops
+                    .create_upload("shop.orders", UploadOptions::default())
+                    .await
+                    .unwrap();
+                steps[0] += t.elapsed();
+                let t = Instant::now();
+                run(
+                    &ctx,
+                    &format!(
+                        "INSERT INTO {} VALUES ({}, 100), ({}, 200)",
+                        upload.staging_table,
+                        2 * id,
+                        2 * id + 1
+                    ),
+                )
+                .await;
+                steps[1] += t.elapsed();
+                let t = Instant::now();
+                let promoted = ops
+                    .promote_upload(&upload.upload_id, PromoteOptions::default())
+                    .await
+                    .unwrap();
+                assert_eq!(promoted.state, UploadState::Promoted);
+                steps[2] += t.elapsed();
+                let t = Instant::now();
+                let status = ops.upload_status(&upload.upload_id).await.unwrap();
+                assert_eq!(status.state, UploadState::Promoted);
+                steps[3] += t.elapsed();
+            }
+            let ms = started.elapsed().as_secs_f64() * 1000.0 / ROUND as f64;
+            per_round.push(ms);
+            let maintained = Instant::now();
+            if maintain {
+                run(
+                    &ctx,
+                    "EXPIRE SNAPSHOTS shop.orders WITH (older_than = '1ms', retain_last = 10)",
+                )
+                .await;
+                run(&ctx, "REWRITE MANIFESTS shop.orders").await;
+            }
+            let maintenance_ms = maintained.elapsed().as_secs_f64() * 1000.0;
+            let (bytes, files) = size(warehouse.path());
+            let per = |d: Duration| d.as_secs_f64() * 1000.0 / ROUND as f64;
+            println!(
+                "{:>6} {ms:>10.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1}MB {files:>8} {:>12} {maintenance_ms:>9.0}",
+                round + 1,
+                per(steps[0]),
+                per(steps[1]),
+                per(steps[2]),
+                per(steps[3]),
+                bytes as f64 / 1e6,
+                (bytes as i64 - last_size as i64) / ROUND as i64,
+            );
+            last_size = bytes;
+        }
+        println!(
+            "last round / second round: {:.2}",
+            per_round[per_round.len() - 1] / per_round[1]
+        );
+    });
+}
