@@ -217,6 +217,12 @@ fn partition_item(item: &SqlExpr) -> Result<(String, Transform)> {
     }
 }
 
+/// Properties `CREATE TABLE` sets unless the statement gives them.
+pub(crate) const CREATED_TABLE_DEFAULTS: [(&str, &str); 2] = [
+    ("write.metadata.delete-after-commit.enabled", "true"),
+    ("write.metadata.previous-versions-max", "20"),
+];
+
 /// Table properties from `WITH (...)` / `TBLPROPERTIES (...)`.
 pub(crate) fn table_properties(options: &CreateTableOptions) -> Result<HashMap<String, String>> {
     let list: &[SqlOption] = match options {
@@ -331,11 +337,20 @@ pub(crate) async fn create_table(
             catalog.name()
         )));
     }
+    // A table icestage creates deletes the metadata files that fall out of
+    // its log (each commit writes one; a target promoted into thousands of
+    // times would keep them all), unless the statement says otherwise.
+    let mut properties = create.properties.clone();
+    for (key, value) in CREATED_TABLE_DEFAULTS {
+        properties
+            .entry(key.to_string())
+            .or_insert_with(|| value.to_string());
+    }
     let creation = TableCreation::builder()
         .name(create.ident.name().to_string())
         .schema(create.schema.clone())
         .partition_spec_opt(create.partition_spec.clone())
-        .properties(create.properties.clone())
+        .properties(properties)
         .build();
     catalog.catalog().create_table(namespace, creation).await?;
     let rows = match &ctx.input {
