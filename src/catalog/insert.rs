@@ -34,6 +34,7 @@ use iceberg::table::Table;
 
 use super::IcebergCatalog;
 use super::commit::{append_files, trim_snapshots};
+use super::compact::rewrite_manifests;
 use crate::catalog::writer::{write_partitions, write_rows};
 use crate::error::Result;
 use crate::rows::one_batch;
@@ -169,8 +170,24 @@ pub(crate) async fn append_rows(
     let rows = futures::stream::iter([batch(schema, rows)]);
     let files = write_rows(table, &prefix, rows).await?;
     let appended = append_files(catalog, table, files).await?;
-    trim_snapshots(catalog, &appended).await
+    trim_snapshots(catalog, &appended).await?;
+    // Every so many appends, the one-manifest-per-append is merged into
+    // manifests of a bounded size, sorted by partition: a lookup by the
+    // partition column reads the manifest list and one manifest, however
+    // long the table is. A concurrent commit wins; the next round merges.
+    if appended.metadata().last_sequence_number() % MERGE_EVERY == 0 {
+        match rewrite_manifests(catalog, &appended, Some(ENTRIES_PER_MANIFEST)).await {
+            Ok(_) | Err(crate::error::Error::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
+
+/// How many appends to an icestage-owned table between manifest merges.
+const MERGE_EVERY: i64 = 100;
+/// Entries per merged manifest of an icestage-owned table.
+const ENTRIES_PER_MANIFEST: usize = 200;
 
 /// The plan of an `INSERT INTO` an Iceberg table: one output partition with
 /// one row, `count`, as DataFusion's sinks answer.

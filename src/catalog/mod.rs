@@ -8,6 +8,7 @@
 
 pub(crate) mod append;
 pub(crate) mod commit;
+pub(crate) mod compact;
 pub(crate) mod confine;
 pub(crate) mod insert;
 pub(crate) mod manifest;

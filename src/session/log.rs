@@ -472,4 +472,47 @@ mod tests {
             .count();
         assert_eq!((manifests.entries().len(), summarized), (4, 3));
     }
+
+    /// A long log keeps a bounded number of manifests and snapshots (merged
+    /// every hundred appends, sorted by id), and every record stays found.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_long_log_stays_small_to_look_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = IcestageConfig::embedded(dir.path()).unwrap();
+        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
+        catalog
+            .ensure_namespace(&NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()))
+            .await
+            .unwrap();
+        for n in 0..230 {
+            append(
+                &catalog,
+                UPLOADS,
+                &record(&format!("id{n:04}"), "s.t", "staging.x"),
+            )
+            .await
+            .unwrap();
+        }
+        for n in [0, 99, 150, 229] {
+            let id = format!("id{n:04}");
+            let found: SessionRecord<Ended> =
+                lookup(&catalog, UPLOADS, &id).await.unwrap().unwrap();
+            assert_eq!(found.id, id);
+        }
+        let table = log_table(&catalog, UPLOADS).await.unwrap();
+        assert!(table.metadata().snapshots().count() <= 20);
+        let manifests = table
+            .manifest_list_reader(table.metadata().current_snapshot().unwrap())
+            .load()
+            .await
+            .unwrap();
+        // 200 entries merged into one manifest at the 200th commit (the
+        // table's creation and property commits count too), the rest one
+        // per append.
+        assert!(
+            manifests.entries().len() < 60,
+            "{}",
+            manifests.entries().len()
+        );
+    }
 }

@@ -1,23 +1,10 @@
-//! `REWRITE MANIFESTS <table>`: a table appended to many times (a target
-//! after thousands of promotions, a pipe's target) lists one manifest per
-//! append, and planning a scan reads every one. This merges the live
-//! entries of its data manifests into one manifest per partition spec, in a
-//! `replace` snapshot that changes no row: entries keep their snapshot ids
-//! and sequence numbers, and the older snapshots (and their exactly-once
-//! evidence) stay. The commit swaps the table's pointer from the version it
-//! read; a commit in between makes it a conflict that changed nothing.
+//! `REWRITE MANIFESTS <table>`: merges a table's data manifests, one per
+//! partition spec (see `catalog::compact`), changing no row.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use iceberg::TableIdent;
 
-use iceberg::spec::{
-    FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary,
-};
-use iceberg::{TableIdent, TableUpdate};
-
-use crate::catalog::append::{Refusal, apply_append};
-use crate::error::{Error, Result};
+use crate::catalog::compact::{Rewrite, rewrite_manifests as rewrite};
+use crate::error::Result;
 use crate::rows::result_row;
 use crate::session::CommandContext;
 
@@ -47,150 +34,30 @@ pub(crate) async fn rewrite_manifests(
 ) -> Result<ManifestsRewritten> {
     let catalog = ctx.icestage.catalog(catalog)?;
     let table = catalog.catalog().load_table(ident).await?;
-    let metadata = table.metadata();
     let name = ident.to_string();
-    let nothing = |before: i64, why: String| ManifestsRewritten {
-        table_name: name.clone(),
-        manifests_before: before,
-        manifests_after: before,
-        data_files: None,
-        snapshot_id: None,
-        message: why,
-    };
-    let Some(current) = metadata.current_snapshot() else {
-        return Ok(nothing(
-            0,
-            format!("{name} has no snapshot: nothing to rewrite"),
-        ));
-    };
-    if metadata.format_version() == FormatVersion::V1 {
-        return Err(Error::NotSupported(format!(
-            "REWRITE MANIFESTS needs an Iceberg v2 table; {name} is v1"
-        )));
-    }
-    let list = table.manifest_list_reader(current).load().await?;
-    let (data, other): (Vec<&ManifestFile>, Vec<&ManifestFile>) = list
-        .entries()
-        .iter()
-        .partition(|m| m.content == ManifestContentType::Data);
-    let mut by_spec: BTreeMap<i32, Vec<&ManifestFile>> = BTreeMap::new();
-    for manifest in &data {
-        by_spec
-            .entry(manifest.partition_spec_id)
-            .or_default()
-            .push(manifest);
-    }
-    let before = data.len() as i64;
-    if by_spec.values().all(|group| group.len() <= 1) {
-        return Ok(nothing(
-            before,
-            format!("{name} has one data manifest per partition spec already"),
-        ));
-    }
-
-    let snapshot_id = loop {
-        let id = rand::random::<i64>() & i64::MAX;
-        if id != 0 && metadata.snapshot_by_id(id).is_none() {
-            break id;
-        }
-    };
-    let location = metadata.location();
-    let schema = metadata.current_schema();
-    let mut merged = vec![];
-    let mut files = 0i64;
-    for (spec_id, group) in by_spec {
-        let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
-            Error::invalid(format!(
-                "{name}: a manifest names partition spec {spec_id}, which its metadata lacks"
-            ))
-        })?;
-        let output = table.file_io().new_output(format!(
-            "{location}/metadata/icestage-rewrite-{snapshot_id}-{spec_id}-m0.avro"
-        ))?;
-        let mut writer = ManifestWriterBuilder::new(
-            output,
-            Some(snapshot_id),
-            Arc::clone(schema),
-            spec.as_ref().clone(),
-        )
-        .build_v2_data();
-        for manifest in group {
-            let read = manifest.load_manifest(table.file_io()).await?;
-            for entry in read.entries().iter().filter(|e| e.is_alive()) {
-                let (Some(added_in), Some(sequence)) =
-                    (entry.snapshot_id(), entry.sequence_number())
-                else {
-                    return Err(Error::invalid(format!(
-                        "{name}: manifest {} has an entry without its snapshot or sequence number",
-                        manifest.manifest_path
-                    )));
-                };
-                writer.add_existing_file(
-                    entry.data_file().clone(),
-                    added_in,
-                    sequence,
-                    entry.file_sequence_number,
-                )?;
-                files += 1;
-            }
-        }
-        merged.push(writer.write_manifest_file().await?);
-    }
-    let after = merged.len() as i64;
-    let list_path = format!("{location}/metadata/snap-{snapshot_id}-icestage-rewrite.avro");
-    let sequence_number = metadata.next_sequence_number();
-    let mut list_writer = ManifestListWriter::v2(
-        table.file_io().new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        Some(current.snapshot_id()),
-        sequence_number,
-    );
-    list_writer.add_manifests(merged.into_iter().chain(other.into_iter().cloned()))?;
-    list_writer.close().await?;
-
-    // The table's totals do not change; a replace says so.
-    let totals: std::collections::HashMap<String, String> = current
-        .summary()
-        .additional_properties
-        .iter()
-        .filter(|(k, _)| k.starts_with("total-"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let snapshot = Snapshot::builder()
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(Some(current.snapshot_id()))
-        .with_sequence_number(sequence_number)
-        .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
-        .with_manifest_list(list_path)
-        .with_summary(Summary {
-            operation: Operation::Replace,
-            additional_properties: totals,
-        })
-        .with_schema_id(metadata.current_schema_id())
-        .build();
-    let updates = vec![
-        TableUpdate::AddSnapshot { snapshot },
-        TableUpdate::SetSnapshotRef {
-            ref_name: MAIN_BRANCH.to_string(),
-            reference: SnapshotReference::new(
-                snapshot_id,
-                SnapshotRetention::branch(None, None, None),
-            ),
+    Ok(match rewrite(catalog, &table, None).await? {
+        Rewrite::Nothing { manifests, why } => ManifestsRewritten {
+            table_name: name,
+            manifests_before: manifests,
+            manifests_after: manifests,
+            data_files: None,
+            snapshot_id: None,
+            message: why,
         },
-    ];
-    match apply_append(catalog, &table, updates).await? {
-        Ok(_) => Ok(ManifestsRewritten {
-            table_name: name.clone(),
+        Rewrite::Done {
+            before,
+            after,
+            files,
+            snapshot_id,
+        } => ManifestsRewritten {
+            message: format!(
+                "rewrote {before} data manifests of {name} as {after} ({files} data files, no row changed)"
+            ),
+            table_name: name,
             manifests_before: before,
             manifests_after: after,
             data_files: Some(files),
             snapshot_id: Some(snapshot_id),
-            message: format!(
-                "rewrote {before} data manifests of {name} as {after} ({files} data files, no row changed)"
-            ),
-        }),
-        Err(Refusal::Conflict(_) | Refusal::Invalid(_)) => Err(Error::Conflict(format!(
-            "{name} changed while its manifests were rewritten; nothing was changed: run REWRITE MANIFESTS again"
-        ))),
-    }
+        },
+    })
 }
