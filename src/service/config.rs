@@ -70,6 +70,11 @@ pub struct ServiceSettings {
     /// Where events go.
     #[serde(default)]
     pub webhook: Option<WebhookSettings>,
+    /// How long a promotion's claim holds without renewal (the session
+    /// option `icestage.promotion_lease`, default 60s): a replica killed
+    /// mid-promotion blocks that upload's next promotion this long.
+    #[serde(default)]
+    pub promotion_lease: Option<String>,
     /// Whether this replica runs the catalogs' pipes (every replica may:
     /// one at a time per pipe). On by default.
     #[serde(default = "default_run_pipes")]

@@ -68,6 +68,16 @@ impl AppState {
     pub async fn new(config: ServiceConfig) -> Result<Self> {
         let ctx = SessionContext::new();
         let icestage = crate::register(&ctx, config.catalogs()?).await?;
+        if let Some(lease) = &config.service.promotion_lease {
+            let lease = crate::config::Ttl::parse(lease)?;
+            ctx.sql(&format!(
+                "SET icestage.promotion_lease = '{}'",
+                lease.as_str()
+            ))
+            .await?
+            .collect()
+            .await?;
+        }
         let id_secret = match &config.service.id_secret {
             Some(secret) => secret.expose().as_bytes().to_vec(),
             None => rand::random::<[u8; 32]>().to_vec(),

@@ -7,6 +7,7 @@ mod load;
 mod pipes;
 mod processes;
 mod router;
+mod soak;
 mod webhooks;
 
 use std::collections::BTreeMap;
@@ -290,6 +291,20 @@ async fn rest_session(
     Arc<dyn iceberg::Catalog>,
     datafusion::prelude::SessionContext,
 ) {
+    try_rest_session(session).await.unwrap()
+}
+
+/// [`rest_session`], failing (a replica killed under it) with the error's
+/// text.
+async fn try_rest_session(
+    session: &Value,
+) -> std::result::Result<
+    (
+        Arc<dyn iceberg::Catalog>,
+        datafusion::prelude::SessionContext,
+    ),
+    String,
+> {
     use iceberg::CatalogBuilder;
     use iceberg_catalog_rest::RestCatalogBuilder;
     use iceberg_datafusion::IcebergCatalogProvider;
@@ -298,7 +313,10 @@ async fn rest_session(
     let props = std::collections::HashMap::from(["uri", "token"].map(|key| {
         (
             key.to_string(),
-            session["connection"][key].as_str().unwrap().to_string(),
+            session["connection"][key]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
         )
     }));
     let catalog: Arc<dyn iceberg::Catalog> = Arc::new(
@@ -306,7 +324,7 @@ async fn rest_session(
             .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
             .load("icestage", props)
             .await
-            .unwrap(),
+            .map_err(|e| e.to_string())?,
     );
     let ctx = datafusion::prelude::SessionContext::new();
     ctx.register_catalog(
@@ -314,10 +332,10 @@ async fn rest_session(
         Arc::new(
             IcebergCatalogProvider::try_new(Arc::clone(&catalog))
                 .await
-                .unwrap(),
+                .map_err(|e| e.to_string())?,
         ),
     );
-    (catalog, ctx)
+    Ok((catalog, ctx))
 }
 
 /// Three rows into `staging` through `ctx` (plain DataFusion over the REST
