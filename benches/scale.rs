@@ -49,7 +49,7 @@ fn main() {
         .map_or(1000, |n| n.parse().expect("--uploads N"));
     let maintain = args.iter().any(|a| a == "--maintain");
     assert!(
-        uploads >= 2 * ROUND && uploads % ROUND == 0,
+        uploads >= 2 * ROUND && uploads.is_multiple_of(ROUND),
         "--uploads: a multiple of {ROUND}, at least {}",
         2 * ROUND
     );

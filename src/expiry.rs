@@ -50,7 +50,7 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<StagingExpire
                 }
                 // A live promotion holds it: never pull files from under it.
                 UploadState::Promoting if staging.claimed_elsewhere(now) => {}
-                UploadState::Promoting if staging.is_expired(now) => {
+                UploadState::Promoting if staging.past_promotion(now) => {
                     discard(staging, UploadState::Expired).await?;
                     removed += 1;
                 }

@@ -291,6 +291,19 @@ impl Staging {
         self.expires_at.is_some_and(|at| at <= now)
     }
 
+    /// True once the session can no longer be promoted: at its expiry, or,
+    /// for one whose promotion started before it (state `promoting`: a
+    /// replica died mid-promotion), [`PROMOTION_GRACE`] later, so the
+    /// client's timely `complete` is still honoured when retried.
+    pub(crate) fn past_promotion(&self, now: DateTime<Utc>) -> bool {
+        match self.state {
+            UploadState::Promoting => self
+                .expires_at
+                .is_some_and(|at| at + PROMOTION_GRACE <= now),
+            _ => self.is_expired(now),
+        }
+    }
+
     /// Commits a state change to the staging table's properties, but only if
     /// the state is still one of `from` on the exact version the commit
     /// lands on (a compare-and-swap), so two processes racing (a promotion
@@ -471,6 +484,10 @@ pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<St
     }
     Ok(sessions)
 }
+
+/// How long after its expiry an upload whose promotion started in time may
+/// still be promoted (see [`Staging::past_promotion`]).
+pub(crate) const PROMOTION_GRACE: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 
 /// The target snapshot that promoted `id`, if any (the exactly-once evidence).
 pub(crate) fn promoted_snapshot(target: &Table, id: &UploadId) -> Option<i64> {

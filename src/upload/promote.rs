@@ -234,7 +234,7 @@ async fn promote_once(
             target: staging.target.to_string(),
         });
     }
-    if staging.is_expired(Utc::now()) {
+    if staging.past_promotion(Utc::now()) {
         return Err(Error::UploadState {
             id: id.to_string(),
             state: UploadState::Expired.to_string(),

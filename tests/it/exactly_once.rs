@@ -34,6 +34,11 @@ fn text(output: &Output) -> String {
 }
 
 async fn target_with_upload(warehouse: &Warehouse, rows: usize) -> String {
+    target_with_upload_for(warehouse, rows, "").await
+}
+
+/// [`target_with_upload`], the upload opened `WITH (...)` = `with`.
+async fn target_with_upload_for(warehouse: &Warehouse, rows: usize, with: &str) -> String {
     let ctx = warehouse.session().await;
     run(&ctx, "CREATE SCHEMA IF NOT EXISTS s").await.unwrap();
     run(
@@ -42,7 +47,7 @@ async fn target_with_upload(warehouse: &Warehouse, rows: usize) -> String {
     )
     .await
     .unwrap();
-    let upload = create_upload(&ctx, "s.t").await;
+    let upload = create_upload(&ctx, &format!("s.t {with}")).await;
     let values: Vec<String> = (0..rows)
         .map(|i| format!("({i}, '{}')", upload.id))
         .collect();
@@ -413,4 +418,39 @@ async fn rewriting_manifests_changes_no_row_and_keeps_the_evidence() {
         crate::common::value(&once_more, "message")
             .contains("as few data manifests as its entries need already")
     );
+}
+
+/// A client completed in time, and the promotion died with its process
+/// after claiming the upload: once the upload's ttl has passed, the
+/// promotion can still be run again (for an hour) and lands once; an
+/// upload never completed cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_started_before_expiry_can_finish_after_it() {
+    let warehouse = Warehouse::new();
+    let started = target_with_upload_for(&warehouse, 4, "WITH (ttl = '4s')").await;
+    let idle = target_with_upload_for(&warehouse, 2, "WITH (ttl = '4s')").await;
+    kill_at(&warehouse, &started, "promote.after-validation");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let ctx = warehouse.session().await;
+    // EXPIRE STAGING leaves it, and removes the idle one.
+    run(&ctx, "EXPIRE STAGING").await.unwrap();
+    let state = scalar(
+        &ctx,
+        &format!("SELECT state FROM upload_status('{started}')"),
+    )
+    .await;
+    assert_eq!(state, "promoting");
+    let again = run(&ctx, &format!("PROMOTE UPLOAD '{started}'"))
+        .await
+        .unwrap();
+    assert_eq!(crate::common::value(&again, "state"), "promoted");
+    assert_eq!(
+        landed(&warehouse, &started).await,
+        ("4".to_string(), "1".to_string())
+    );
+    let refused = run(&ctx, &format!("PROMOTE UPLOAD '{idle}'"))
+        .await
+        .unwrap_err()
+        .user_message();
+    assert!(refused.contains("expired"), "{refused}");
 }

@@ -51,6 +51,7 @@ async fn client(
     replicas: Arc<Mutex<Replicas>>,
     ledger: Arc<Mutex<Ledger>>,
     deadline: Instant,
+    ttl: String,
 ) {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -73,7 +74,7 @@ async fn client(
                 3 | 4 => Intent::Abort,
                 _ => Intent::Promote,
             };
-            upload(&http, &api, n, round, intent, &ledger).await
+            upload(&http, &replicas, &api, n, round, intent, &ledger, &ttl).await
         };
         if outcome.is_err() {
             ledger.lock().unwrap().errors += 1;
@@ -99,15 +100,18 @@ async fn send(request: reqwest::RequestBuilder) -> Outcome<Value> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn upload(
     http: &reqwest::Client,
+    replicas: &Mutex<Replicas>,
     api: &str,
     client: usize,
     round: usize,
     intent: Intent,
     ledger: &Mutex<Ledger>,
+    ttl: &str,
 ) -> Outcome<()> {
-    let ttl = if intent == Intent::Leave { "2s" } else { "10m" };
+    let ttl = if intent == Intent::Leave { "2s" } else { ttl };
     let created = send(http.post(format!("{api}/uploads")).json(&json!({
         "table": "payments.transactions",
         "ttl": ttl,
@@ -144,15 +148,26 @@ async fn upload(
         .unwrap()
         .uploads
         .insert(id.clone(), (if written { rows } else { 0 }, intent));
-    match intent {
-        Intent::Promote => send(http.post(format!("{api}/uploads/{id}/complete")))
-            .await
-            .map(|_| ()),
-        Intent::Abort => send(http.delete(format!("{api}/uploads/{id}")))
-            .await
-            .map(|_| ()),
-        Intent::Leave => Ok(()),
+    // As a client would: a complete or an abort that fails (its replica
+    // was killed) is sent again, to any replica.
+    let mut last = Ok(());
+    for _ in 0..5 {
+        let api = pick(&replicas.lock().unwrap().urls());
+        last = match intent {
+            Intent::Promote => send(http.post(format!("{api}/uploads/{id}/complete")))
+                .await
+                .map(|_| ()),
+            Intent::Abort => send(http.delete(format!("{api}/uploads/{id}")))
+                .await
+                .map(|_| ()),
+            Intent::Leave => Ok(()),
+        };
+        if last.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    last
 }
 
 /// A download of the target's USD rows; whether it was ready within 10 s.
@@ -220,12 +235,16 @@ async fn soak_with_killed_replicas_loses_and_doubles_nothing() {
         Arc::clone(&ledger),
         deadline,
     ))];
+    // Long enough to outlast the soak: expiry is tested by the uploads left
+    // alone, not by the ones completed.
+    let ttl = format!("{}s", seconds + 600);
     for n in 0..clients {
         tasks.push(tokio::spawn(client(
             n,
             Arc::clone(&replicas),
             Arc::clone(&ledger),
             deadline,
+            ttl.clone(),
         )));
     }
     for task in tasks {
@@ -239,28 +258,32 @@ async fn soak_with_killed_replicas_loses_and_doubles_nothing() {
     let http = reqwest::Client::new();
     let api = replicas.lock().unwrap().urls()[0].clone();
     let uploads = ledger.lock().unwrap().uploads.clone();
-    let settle = Instant::now() + Duration::from_secs(300);
     let mut failed = vec![];
     for (id, (rows, intent)) in &uploads {
         match intent {
-            Intent::Promote => loop {
-                let _ = send(http.post(format!("{api}/uploads/{id}/complete"))).await;
-                let status = send(http.get(format!("{api}/uploads/{id}"))).await.unwrap();
-                match text(&status, "state").as_str() {
-                    "promoted" => {
-                        assert_eq!(status["rows"].as_u64(), Some(*rows as u64), "{status}");
-                        break;
-                    }
-                    "failed" => {
-                        failed.push(status);
-                        break;
-                    }
-                    _ => {
-                        assert!(Instant::now() < settle, "{id} never settled: {status}");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+            Intent::Promote => {
+                // Each upload gets its own time to settle: a killed
+                // replica's claim lapses, and a complete starts over.
+                let settle = Instant::now() + Duration::from_secs(120);
+                loop {
+                    let status = send(http.get(format!("{api}/uploads/{id}"))).await.unwrap();
+                    match text(&status, "state").as_str() {
+                        "promoted" => {
+                            assert_eq!(status["rows"].as_u64(), Some(*rows as u64), "{status}");
+                            break;
+                        }
+                        "failed" => {
+                            failed.push(status);
+                            break;
+                        }
+                        _ => {
+                            assert!(Instant::now() < settle, "{id} never settled: {status}");
+                            let _ = send(http.post(format!("{api}/uploads/{id}/complete"))).await;
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
                     }
                 }
-            },
+            }
             Intent::Abort => {
                 let _ = send(http.delete(format!("{api}/uploads/{id}"))).await;
             }
