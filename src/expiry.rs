@@ -111,8 +111,9 @@ impl Default for ExpireOptions {
 /// keeping the exactly-once evidence: a snapshot that promoted an upload
 /// whose session has not finished stays, and the copy ids of `COPY INTO`
 /// snapshots are marked committed in the copy log before their snapshots go.
-/// Manifest lists of the expired snapshots are deleted; manifests and data
-/// files are not (another snapshot may list them).
+/// The manifest lists of the expired snapshots are deleted, and the
+/// manifests no remaining snapshot lists; data files are not (a remaining
+/// snapshot may list them).
 pub(crate) async fn expire_snapshots(
     ctx: &CommandContext,
     catalog: &str,
@@ -207,12 +208,7 @@ pub(crate) async fn expire_snapshots(
         .snapshots()
         .map(|s| s.snapshot_id())
         .collect();
-    for snapshot in metadata.snapshots() {
-        if !remaining.contains(&snapshot.snapshot_id()) {
-            // Best effort: an orphan is harmless, only untidy.
-            let _ = table.file_io().delete(snapshot.manifest_list()).await;
-        }
-    }
+    crate::catalog::commit::delete_expired_files(&table, &expired).await;
     let gone = (metadata.snapshots().count() - remaining.len()) as i64;
     Ok(SnapshotsExpired {
         table_name: name.clone(),

@@ -111,14 +111,52 @@ pub(crate) async fn append_files(
     .await
 }
 
+/// Deletes what the snapshots of `before` that `after` no longer has held
+/// alone: their manifest lists, and the manifests no remaining snapshot
+/// lists (a rewrite's predecessors). Data files stay: a remaining snapshot
+/// may list them. Best effort: an orphan is harmless, only untidy.
+pub(crate) async fn delete_expired_files(before: &Table, after: &Table) {
+    let remaining: std::collections::HashSet<i64> = after
+        .metadata()
+        .snapshots()
+        .map(|s| s.snapshot_id())
+        .collect();
+    let expired: Vec<_> = before
+        .metadata()
+        .snapshots()
+        .filter(|s| !remaining.contains(&s.snapshot_id()))
+        .cloned()
+        .collect();
+    if expired.is_empty() {
+        return;
+    }
+    let mut kept = std::collections::HashSet::new();
+    for snapshot in after.metadata().snapshots() {
+        match after.manifest_list_reader(snapshot).load().await {
+            Ok(list) => kept.extend(list.entries().iter().map(|m| m.manifest_path.clone())),
+            // Without knowing what is kept, delete no manifest.
+            Err(_) => return,
+        }
+    }
+    for snapshot in expired {
+        if let Ok(list) = before.manifest_list_reader(&snapshot).load().await {
+            for manifest in list.entries() {
+                if kept.insert(manifest.manifest_path.clone()) {
+                    let _ = before.file_io().delete(&manifest.manifest_path).await;
+                }
+            }
+        }
+        let _ = before.file_io().delete(snapshot.manifest_list()).await;
+    }
+}
+
 /// Snapshots an icestage-owned table keeps (see [`trim_snapshots`]).
 const KEPT_SNAPSHOTS: usize = 10;
 
 /// Expires all but the last [`KEPT_SNAPSHOTS`] snapshots of `table`, one of
 /// icestage's own append-only tables, once it has twice as many, and deletes
-/// the manifest lists of the expired ones. Their manifests and data files
-/// stay: every later snapshot of an append-only table lists them. A
-/// concurrent commit wins; the trim is left to the next append.
+/// what only they held ([`delete_expired_files`]). A concurrent commit wins;
+/// the trim is left to the next append.
 pub(crate) async fn trim_snapshots(catalog: &IcebergCatalog, table: &Table) -> Result<()> {
     if table.metadata().snapshots().count() <= 2 * KEPT_SNAPSHOTS {
         return Ok(());
@@ -135,17 +173,7 @@ pub(crate) async fn trim_snapshots(catalog: &IcebergCatalog, table: &Table) -> R
         Err(e) if retry(&e, 0) => return Ok(()),
         Err(e) => return Err(e.into()),
     };
-    let kept: std::collections::HashSet<i64> = trimmed
-        .metadata()
-        .snapshots()
-        .map(|s| s.snapshot_id())
-        .collect();
-    for snapshot in table.metadata().snapshots() {
-        if !kept.contains(&snapshot.snapshot_id()) {
-            // Best effort: an orphan is harmless, only untidy.
-            let _ = table.file_io().delete(snapshot.manifest_list()).await;
-        }
-    }
+    delete_expired_files(table, &trimmed).await;
     Ok(())
 }
 

@@ -413,6 +413,15 @@ async fn rewriting_manifests_changes_no_row_and_keeps_the_evidence() {
     }
     let twice = run(&ctx, "REWRITE MANIFESTS s.t").await.unwrap();
     assert_eq!(crate::common::value(&twice, "manifests_after"), "1");
+    // Expiring the snapshots before the last rewrite deletes the manifests
+    // only they listed: the merged one is all that is left.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    run(&ctx, "EXPIRE SNAPSHOTS s.t WITH (older_than = '10ms')")
+        .await
+        .unwrap();
+    let manifests = manifest_files(warehouse.path());
+    assert_eq!(manifests.len(), 1, "{manifests:?}");
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "14");
     let once_more = run(&ctx, "REWRITE MANIFESTS s.t").await.unwrap();
     assert!(
         crate::common::value(&once_more, "message")
@@ -453,4 +462,25 @@ async fn a_promotion_started_before_expiry_can_finish_after_it() {
         .unwrap_err()
         .user_message();
     assert!(refused.contains("expired"), "{refused}");
+}
+
+/// The manifests (not manifest lists) in the metadata folder of `s.t`.
+fn manifest_files(dir: &std::path::Path) -> Vec<String> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(manifest_files(&path));
+        } else {
+            let text = path.to_string_lossy().to_string();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if text.contains("/s/t/metadata/")
+                && name.ends_with(".avro")
+                && !name.starts_with("snap-")
+            {
+                found.push(name);
+            }
+        }
+    }
+    found
 }
