@@ -21,6 +21,11 @@ use super::IcebergCatalog;
 use super::append::{Refusal, apply_append};
 use crate::error::{Error, Result};
 
+/// Table property: the sequence number of the last manifest rewrite.
+pub(crate) const MERGED_AT: &str = "icestage.manifests-merged-at";
+/// Table property: how many entries the last manifest rewrite wrote.
+pub(crate) const MERGED_ENTRIES: &str = "icestage.manifests-merged-entries";
+
 /// What [`rewrite_manifests`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Rewrite {
@@ -177,6 +182,14 @@ pub(crate) async fn rewrite_manifests(
         .with_schema_id(metadata.current_schema_id())
         .build();
     let updates = vec![
+        // When and how much was merged: what tells the next merge when it
+        // is due (see `insert::append_rows`).
+        TableUpdate::SetProperties {
+            updates: std::collections::HashMap::from([
+                (MERGED_AT.to_string(), sequence_number.to_string()),
+                (MERGED_ENTRIES.to_string(), files.to_string()),
+            ]),
+        },
         TableUpdate::AddSnapshot { snapshot },
         TableUpdate::SetSnapshotRef {
             ref_name: MAIN_BRANCH.to_string(),

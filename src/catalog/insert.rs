@@ -34,7 +34,7 @@ use iceberg::table::Table;
 
 use super::IcebergCatalog;
 use super::commit::{append_files, trim_snapshots};
-use super::compact::rewrite_manifests;
+use super::compact::{MERGED_AT, MERGED_ENTRIES, rewrite_manifests};
 use crate::catalog::writer::{write_partitions, write_rows};
 use crate::error::Result;
 use crate::rows::one_batch;
@@ -171,11 +171,14 @@ pub(crate) async fn append_rows(
     let files = write_rows(table, &prefix, rows).await?;
     let appended = append_files(catalog, table, files).await?;
     trim_snapshots(catalog, &appended).await?;
-    // Every so many appends, the one-manifest-per-append is merged into
-    // manifests of a bounded size, sorted by partition: a lookup by the
-    // partition column reads the manifest list and one manifest, however
-    // long the table is. A concurrent commit wins; the next round merges.
-    if appended.metadata().last_sequence_number() % MERGE_EVERY == 0 {
+    // Now and then, the one-manifest-per-append is merged into manifests
+    // of a bounded size, sorted by partition: a lookup by the partition
+    // column reads the manifest list and the manifests holding that value,
+    // however long the table is. A merge is due after a twentieth of the
+    // entries merged last time (at least a hundred) were appended, so its
+    // cost per append stays constant. A concurrent commit wins; the next
+    // append merges.
+    if merge_due(&appended) {
         match rewrite_manifests(catalog, &appended, Some(ENTRIES_PER_MANIFEST)).await {
             Ok(_) | Err(crate::error::Error::Conflict(_)) => {}
             Err(e) => return Err(e),
@@ -184,8 +187,23 @@ pub(crate) async fn append_rows(
     Ok(())
 }
 
-/// How many appends to an icestage-owned table between manifest merges.
-const MERGE_EVERY: i64 = 100;
+/// Whether the manifests of `table` (an icestage-owned table) are due a
+/// merge: see [`append_rows`].
+fn merge_due(table: &Table) -> bool {
+    let metadata = table.metadata();
+    let property = |key: &str| -> i64 {
+        metadata
+            .properties()
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let since = metadata.last_sequence_number() - property(MERGED_AT);
+    since >= MERGE_AFTER.max(property(MERGED_ENTRIES) / 20)
+}
+
+/// Appends to an icestage-owned table before its first manifest merge.
+const MERGE_AFTER: i64 = 100;
 /// Entries per merged manifest of an icestage-owned table.
 const ENTRIES_PER_MANIFEST: usize = 200;
 
