@@ -63,10 +63,6 @@ pub(crate) const PROP_FILES: &str = "icestage.pipe.files-loaded";
 pub(crate) const PROP_ROWS: &str = "icestage.pipe.rows-loaded";
 pub(crate) const PROP_FAILURES: &str = "icestage.pipe.failures";
 
-/// Metadata versions a pipe's table keeps: its properties change at every
-/// run, and the versions before these are of no use.
-const KEEP_VERSIONS: &str = "10";
-
 /// The options `CREATE PIPE` takes (before `AS`).
 pub(crate) const PIPE_OPTIONS: &[&str] =
     &["interval", "lease", "notification_queue", "list_interval"];
@@ -574,15 +570,10 @@ pub(crate) async fn create(icestage: &Icestage, create: &CreatePipe) -> Result<P
         ),
         (PROP_STATE.to_string(), PipeState::Running.to_string()),
         (PROP_CREATED_AT.to_string(), Utc::now().to_rfc3339()),
-        (
-            "write.metadata.previous-versions-max".to_string(),
-            KEEP_VERSIONS.to_string(),
-        ),
-        (
-            "write.metadata.delete-after-commit.enabled".to_string(),
-            "true".to_string(),
-        ),
     ]);
+    // Its properties change at every run: a bounded metadata folder.
+    let mut properties = properties;
+    properties.extend(crate::catalog::owned_table_properties());
     catalog.ensure_namespace(ident.namespace()).await?;
     let creation = TableCreation::builder()
         .name(ident.name().to_string())
@@ -595,18 +586,18 @@ pub(crate) async fn create(icestage: &Icestage, create: &CreatePipe) -> Result<P
         .await
     {
         Ok(_) => {}
-        Err(e) if create.if_not_exists && catalog.catalog().table_exists(&ident).await? => {
-            let _ = e;
-        }
+        // Another process created it between the check and here.
         Err(e) => {
-            return Err(if catalog.catalog().table_exists(&ident).await? {
-                Error::invalid(format!(
-                    "pipe {} exists: it was created meanwhile",
-                    create.name
-                ))
-            } else {
-                e.into()
-            });
+            if !catalog.catalog().table_exists(&ident).await? {
+                return Err(e.into());
+            }
+            if !create.if_not_exists {
+                return Err(Error::invalid(format!(
+                    "pipe {} exists: it was created meanwhile by another process; \
+                     DROP PIPE {} first, or use CREATE PIPE IF NOT EXISTS",
+                    create.name, create.name
+                )));
+            }
         }
     }
     status(icestage, &create.name).await
@@ -634,21 +625,11 @@ pub(crate) async fn set_state(
 /// `DROP PIPE [IF EXISTS] <name>`: the pipe and its runs; what it loaded
 /// stays.
 pub(crate) async fn drop(icestage: &Icestage, name: &PipeName, if_exists: bool) -> Result<bool> {
-    let pipe = match load(icestage, name).await {
-        Ok(pipe) => pipe,
-        Err(_)
-            if if_exists
-                && !name
-                    .catalog(icestage)?
-                    .catalog()
-                    .table_exists(&name.table())
-                    .await? =>
-        {
-            return Ok(false);
-        }
-        Err(e) => return Err(e),
-    };
     let catalog = name.catalog(icestage)?;
+    if if_exists && !catalog.catalog().table_exists(&name.table()).await? {
+        return Ok(false);
+    }
+    let pipe = load(icestage, name).await?;
     catalog
         .remove_table(&pipe.table, Removal::Everything)
         .await?;
