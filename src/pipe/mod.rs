@@ -550,7 +550,7 @@ pub(crate) async fn create(icestage: &Icestage, create: &CreatePipe) -> Result<P
         copy_options.push(("format".to_string(), format.to_string()));
     }
     let options = &create.options;
-    let properties = HashMap::from([
+    let mut properties = HashMap::from([
         (PROP_NAME.to_string(), create.name.name.clone()),
         (PROP_TARGET.to_string(), create.target.to_string()),
         (PROP_URI.to_string(), create.uri.clone()),
@@ -572,7 +572,6 @@ pub(crate) async fn create(icestage: &Icestage, create: &CreatePipe) -> Result<P
         (PROP_CREATED_AT.to_string(), Utc::now().to_rfc3339()),
     ]);
     // Its properties change at every run: a bounded metadata folder.
-    let mut properties = properties;
     properties.extend(crate::catalog::owned_table_properties());
     catalog.ensure_namespace(ident.namespace()).await?;
     let creation = TableCreation::builder()
