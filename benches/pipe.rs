@@ -13,12 +13,15 @@
 //! files are written in key order, so a run that sees one sees all before
 //! it. Everything runs in this one process on the machine's cores.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::prelude::SessionContext;
 use iceberg::TableIdent;
 use icestage::{IcestageConfig, Operations};
+use support::run;
 
 const FILES: usize = 1000;
 const ROWS_PER_FILE: usize = 10;
@@ -30,15 +33,6 @@ fn write_file(dir: &std::path::Path, n: usize) {
         text.push_str(&format!("{n},{id},name-{id}\n"));
     }
     std::fs::write(dir.join(format!("{n:05}.csv")), text).unwrap();
-}
-
-async fn run(ctx: &SessionContext, sql: &str) {
-    icestage::sql(ctx, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
 /// Rows of `table` in its current snapshot (0 before the first).

@@ -5,20 +5,14 @@
 //! The comparison with the reference PyIceberg flow at 1M-10M rows is
 //! `benches/compare_promote.py` (see the README).
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use datafusion::prelude::SessionContext;
 use icestage::IcestageConfig;
-
-async fn run(ctx: &SessionContext, sql: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
-    icestage::sql(ctx, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
+use support::run;
 
 fn text(batches: &[datafusion::arrow::array::RecordBatch], column: &str) -> String {
     let batch = &batches[0];

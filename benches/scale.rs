@@ -9,21 +9,15 @@
 //! maintenance job would: `EXPIRE SNAPSHOTS` (keeping 10) and
 //! `REWRITE MANIFESTS` on the target.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use datafusion::prelude::SessionContext;
 use icestage::{IcestageConfig, Operations, PromoteOptions, UploadOptions, UploadState};
+use support::run;
 
 const ROUND: usize = 100;
-
-async fn run(ctx: &SessionContext, sql: &str) {
-    icestage::sql(ctx, sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
 
 /// Bytes and files under `dir`.
 fn size(dir: &std::path::Path) -> (u64, u64) {

@@ -124,9 +124,9 @@ pub(crate) async fn expire_snapshots(
 
     use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-    use crate::catalog::scoped::ScopedCatalog;
+    use crate::catalog::commit::commit_expiry;
     use crate::ingest::copy_into::{SNAPSHOT_COPY_ID, mark_committed};
-    use crate::upload::{SNAPSHOT_UPLOAD_ID, UploadId, find_staging};
+    use crate::upload::SNAPSHOT_UPLOAD_ID;
 
     let catalog = ctx.icestage.catalog(catalog)?;
     let table = catalog.catalog().load_table(ident).await?;
@@ -152,6 +152,13 @@ pub(crate) async fn expire_snapshots(
             .snapshot_by_id(id)
             .and_then(|s| s.parent_snapshot_id());
     }
+    // The uploads whose session has not finished: their staging tables,
+    // listed once.
+    let unfinished: HashSet<String> = list_staging(catalog)
+        .await?
+        .into_iter()
+        .map(|staging| staging.id.to_string())
+        .collect();
     let mut expire = vec![];
     let mut protected = 0i64;
     let mut copies = vec![];
@@ -160,9 +167,9 @@ pub(crate) async fn expire_snapshots(
             continue;
         }
         let props = &snapshot.summary().additional_properties;
-        if let Some(upload) = props.get(SNAPSHOT_UPLOAD_ID)
-            && let Ok(id) = UploadId::parse(upload)
-            && find_staging(&ctx.icestage, &id).await?.is_some()
+        if props
+            .get(SNAPSHOT_UPLOAD_ID)
+            .is_some_and(|id| unfinished.contains(id))
         {
             protected += 1;
             continue;
@@ -192,9 +199,7 @@ pub(crate) async fn expire_snapshots(
         .expire_older_than_ms(i64::MIN)
         .retain_last(1)
         .apply(tx)?;
-    let exact = ScopedCatalog::new(std::sync::Arc::clone(catalog.catalog()))
-        .exact(catalog.pointers().clone());
-    let expired = tx.commit(&exact).await.map_err(|e| {
+    let expired = commit_expiry(catalog, &table, tx).await.map_err(|e| {
         if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
             crate::error::Error::Conflict(format!(
                 "{name} changed while its snapshots were expired; nothing was expired: run EXPIRE SNAPSHOTS again"
@@ -208,7 +213,6 @@ pub(crate) async fn expire_snapshots(
         .snapshots()
         .map(|s| s.snapshot_id())
         .collect();
-    crate::catalog::commit::delete_expired_files(&table, &expired).await;
     let gone = (metadata.snapshots().count() - remaining.len()) as i64;
     Ok(SnapshotsExpired {
         table_name: name.clone(),

@@ -10,7 +10,7 @@
 //! and the evidence decides.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+
 use std::time::Duration;
 
 use iceberg::spec::{DataFile, SnapshotRef};
@@ -18,7 +18,7 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use super::IcebergCatalog;
-use super::scoped::{LoadCheck, ScopedCatalog, both, load_check};
+use super::scoped::{LoadCheck, both, load_check};
 use crate::error::{Error, Result};
 
 /// The snapshot of `table` whose summary has `key = value`, if any.
@@ -92,7 +92,7 @@ fn append(
 /// Appends `files` to `table` in one snapshot; the table as committed.
 /// `Transaction::commit` loads the table again at the start of every
 /// attempt, so `table` may be stale. The commit swaps the table's pointer
-/// from the version it was applied to ([`ScopedCatalog::exact`]), which also
+/// from the version it was applied to ([`IcebergCatalog::exact`]), which also
 /// honours `write.metadata.delete-after-commit.enabled`.
 pub(crate) async fn append_files(
     catalog: &IcebergCatalog,
@@ -102,7 +102,7 @@ pub(crate) async fn append_files(
     // Commits of this process to one table take turns; other processes are
     // met by retries.
     let _turn = catalog.exclusive(&table.identifier().to_string()).await;
-    let exact = ScopedCatalog::new(Arc::clone(catalog.catalog())).exact(catalog.pointers().clone());
+    let exact = catalog.exact();
     retrying(|| async {
         Ok(append(table, &files, HashMap::new())?
             .commit(&exact)
@@ -150,6 +150,19 @@ pub(crate) async fn delete_expired_files(before: &Table, after: &Table) {
     }
 }
 
+/// Commits `tx` (an expiry of snapshots of `table`) on exactly the version
+/// it loaded, then deletes what only the expired snapshots held
+/// ([`delete_expired_files`]); the table as committed.
+pub(crate) async fn commit_expiry(
+    catalog: &IcebergCatalog,
+    table: &Table,
+    tx: Transaction,
+) -> iceberg::Result<Table> {
+    let expired = tx.commit(&catalog.exact()).await?;
+    delete_expired_files(table, &expired).await;
+    Ok(expired)
+}
+
 /// Snapshots an icestage-owned table keeps (see [`trim_snapshots`]).
 const KEPT_SNAPSHOTS: usize = 10;
 
@@ -167,13 +180,11 @@ pub(crate) async fn trim_snapshots(catalog: &IcebergCatalog, table: &Table) -> R
         .retain_last(KEPT_SNAPSHOTS)
         .expire_older_than_ms(chrono::Utc::now().timestamp_millis())
         .apply(tx)?;
-    let exact = ScopedCatalog::new(Arc::clone(catalog.catalog())).exact(catalog.pointers().clone());
-    let trimmed = match tx.commit(&exact).await {
-        Ok(trimmed) => trimmed,
-        Err(e) if retry(&e, 0) => return Ok(()),
+    match commit_expiry(catalog, table, tx).await {
+        Ok(_) => {}
+        Err(e) if retry(&e, 0) => {}
         Err(e) => return Err(e.into()),
-    };
-    delete_expired_files(table, &trimmed).await;
+    }
     Ok(())
 }
 
@@ -232,11 +243,8 @@ pub(crate) async fn append_once_guarded(
     // Commits of this process to one table take turns; other processes are
     // met by retries.
     let _turn = catalog.exclusive(&table.identifier().to_string()).await;
-    let pointers = catalog.pointers().clone();
+    let guarded = catalog.exact().check_on_load(check);
     let catalog = catalog.catalog();
-    let guarded = ScopedCatalog::new(Arc::clone(catalog))
-        .check_on_load(check)
-        .exact(pointers);
     let mut base = table.clone();
     let mut attempt = 0u32;
     loop {
@@ -311,9 +319,7 @@ pub(crate) async fn swap_properties(
             ))
         }
     });
-    let guarded = ScopedCatalog::new(Arc::clone(catalog.catalog()))
-        .check_on_load(check)
-        .exact(catalog.pointers().clone());
+    let guarded = catalog.exact().check_on_load(check);
     retrying(|| async {
         let tx = Transaction::new(table);
         let mut action = tx.update_table_properties();

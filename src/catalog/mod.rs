@@ -277,6 +277,12 @@ impl IcebergCatalog {
     }
 
     /// Compare-and-swap of this catalog's table pointers.
+    /// This catalog as commits that must land on exactly the version they
+    /// loaded see it ([`scoped::ScopedCatalog::exact`]).
+    pub(crate) fn exact(&self) -> scoped::ScopedCatalog {
+        scoped::ScopedCatalog::new(Arc::clone(&self.catalog)).exact(self.pointers.clone())
+    }
+
     pub(crate) fn pointers(&self) -> &pointer::PointerStore {
         &self.pointers
     }

@@ -309,6 +309,17 @@ mod tests {
         }
     }
 
+    /// An embedded catalog under `dir` with the `icestage` namespace.
+    async fn catalog_in(dir: &std::path::Path) -> IcebergCatalog {
+        let config = IcestageConfig::embedded(dir).unwrap();
+        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
+        catalog
+            .ensure_namespace(&NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()))
+            .await
+            .unwrap();
+        catalog
+    }
+
     fn record(id: &str, target: &str, staging: &str) -> SessionRecord<Ended> {
         SessionRecord {
             id: id.to_string(),
@@ -331,12 +342,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn download_logs_of_either_schema_read_alike() {
         let dir = tempfile::tempdir().unwrap();
-        let config = IcestageConfig::embedded(dir.path()).unwrap();
-        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
-        catalog
-            .ensure_namespace(&NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()))
-            .await
-            .unwrap();
+        let catalog = catalog_in(dir.path()).await;
 
         // A new download log is named for what it holds.
         let table = log_table(&catalog, DOWNLOADS).await.unwrap();
@@ -397,10 +403,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn an_unpartitioned_log_is_partitioned_on_first_use() {
         let dir = tempfile::tempdir().unwrap();
-        let config = IcestageConfig::embedded(dir.path()).unwrap();
-        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
+        let catalog = catalog_in(dir.path()).await;
         let namespace = NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string());
-        catalog.ensure_namespace(&namespace).await.unwrap();
         let old = catalog
             .catalog()
             .create_table(
@@ -478,12 +482,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_long_log_stays_small_to_look_up() {
         let dir = tempfile::tempdir().unwrap();
-        let config = IcestageConfig::embedded(dir.path()).unwrap();
-        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
-        catalog
-            .ensure_namespace(&NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()))
-            .await
-            .unwrap();
+        let catalog = catalog_in(dir.path()).await;
         for n in 0..230 {
             append(
                 &catalog,

@@ -466,21 +466,10 @@ async fn a_promotion_started_before_expiry_can_finish_after_it() {
 
 /// The manifests (not manifest lists) in the metadata folder of `s.t`.
 fn manifest_files(dir: &std::path::Path) -> Vec<String> {
-    let mut found = vec![];
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(manifest_files(&path));
-        } else {
-            let text = path.to_string_lossy().to_string();
-            let name = path.file_name().unwrap().to_string_lossy().to_string();
-            if text.contains("/s/t/metadata/")
-                && name.ends_with(".avro")
-                && !name.starts_with("snap-")
-            {
-                found.push(name);
-            }
-        }
-    }
-    found
+    crate::common::files_under(dir)
+        .into_iter()
+        .filter(|path| path.to_string_lossy().contains("/s/t/metadata/"))
+        .map(|path| path.file_name().unwrap().to_string_lossy().to_string())
+        .filter(|name| name.ends_with(".avro") && !name.starts_with("snap-"))
+        .collect()
 }

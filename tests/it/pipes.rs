@@ -327,7 +327,7 @@ async fn a_pipe_keeps_a_bounded_metadata_folder() {
     for _ in 0..20 {
         run_pipe(&ctx, "quiet").await;
     }
-    let metadata_files = walk(warehouse.path())
+    let metadata_files = crate::common::files_under(warehouse.path())
         .into_iter()
         .filter(|p| {
             p.to_string_lossy().contains("pipe_quiet")
@@ -338,17 +338,4 @@ async fn a_pipe_keeps_a_bounded_metadata_folder() {
     // remain.
     assert!((2..=11).contains(&metadata_files), "{metadata_files}");
     assert_eq!(status(&ctx, "quiet", "state").await, "running");
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = vec![];
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
