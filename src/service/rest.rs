@@ -268,8 +268,7 @@ async fn load_namespace(
     headers: HeaderMap,
     Path(namespace): Path<String>,
 ) -> RestResult {
-    let access = access(&state, &headers).await?;
-    access.check(&namespace, None)?;
+    let access = access_to(&state, &headers, &namespace, None).await?;
     Ok(Json(NamespaceResponse {
         namespace: access.ident().namespace().clone(),
         properties: HashMap::new(),
@@ -282,7 +281,7 @@ async fn namespace_exists(
     headers: HeaderMap,
     Path(namespace): Path<String>,
 ) -> RestResult {
-    access(&state, &headers).await?.check(&namespace, None)?;
+    access_to(&state, &headers, &namespace, None).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -291,8 +290,7 @@ async fn list_tables(
     headers: HeaderMap,
     Path(namespace): Path<String>,
 ) -> RestResult {
-    let access = access(&state, &headers).await?;
-    access.check(&namespace, None)?;
+    let access = access_to(&state, &headers, &namespace, None).await?;
     Ok(Json(ListTablesResponse {
         identifiers: vec![access.ident().clone()],
         next_page_token: None,
@@ -305,6 +303,27 @@ async fn list_tables(
 /// credentials vended for the table's location alone, ending no later than
 /// the session; nothing for a local warehouse (the paths are on the
 /// client's own disk).
+/// The caller's access ([`access`]), checked to reach `namespace` (and
+/// `table`).
+async fn access_to(
+    state: &AppState,
+    headers: &HeaderMap,
+    namespace: &str,
+    table: Option<&str>,
+) -> std::result::Result<Access, RestError> {
+    let access = access(state, headers).await?;
+    access.check(namespace, table)?;
+    Ok(access)
+}
+
+/// `config` as the vended credentials of the table `access` reaches.
+fn storage_credential(access: &Access, config: HashMap<String, String>) -> StorageCredential {
+    StorageCredential {
+        prefix: access.grant.location.clone(),
+        config,
+    }
+}
+
 async fn storage(access: &Access) -> std::result::Result<HashMap<String, String>, RestError> {
     // As vend_credentials: write keys while the upload is open.
     if let Some(staging) = &access.upload {
@@ -342,16 +361,12 @@ async fn load_table(
     headers: HeaderMap,
     Path((namespace, table)): Path<(String, String)>,
 ) -> RestResult {
-    let access = access(&state, &headers).await?;
-    access.check(&namespace, Some(&table))?;
+    let access = access_to(&state, &headers, &namespace, Some(&table)).await?;
     let config = storage(&access).await?;
     Ok(Json(LoadTableResult {
         metadata_location: access.grant.table.metadata_location().map(str::to_string),
         metadata: access.grant.table.metadata().clone(),
-        storage_credentials: Some(vec![StorageCredential {
-            prefix: access.grant.location.clone(),
-            config: config.clone(),
-        }]),
+        storage_credentials: Some(vec![storage_credential(&access, config.clone())]),
         config,
     })
     .into_response())
@@ -362,9 +377,7 @@ async fn table_exists(
     headers: HeaderMap,
     Path((namespace, table)): Path<(String, String)>,
 ) -> RestResult {
-    access(&state, &headers)
-        .await?
-        .check(&namespace, Some(&table))?;
+    access_to(&state, &headers, &namespace, Some(&table)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -373,14 +386,9 @@ async fn credentials(
     headers: HeaderMap,
     Path((namespace, table)): Path<(String, String)>,
 ) -> RestResult {
-    let access = access(&state, &headers).await?;
-    access.check(&namespace, Some(&table))?;
+    let access = access_to(&state, &headers, &namespace, Some(&table)).await?;
     let config = storage(&access).await?;
-    Ok(Json(json!({"storage-credentials": [StorageCredential {
-        prefix: access.grant.location.clone(),
-        config,
-    }]}))
-    .into_response())
+    Ok(Json(json!({"storage-credentials": [storage_credential(&access, config)]})).into_response())
 }
 
 async fn commit_table(
@@ -389,8 +397,7 @@ async fn commit_table(
     Path((namespace, table)): Path<(String, String)>,
     body: std::result::Result<Json<CommitTableRequest>, JsonRejection>,
 ) -> RestResult {
-    let access = access(&state, &headers).await?;
-    access.check(&namespace, Some(&table))?;
+    let access = access_to(&state, &headers, &namespace, Some(&table)).await?;
     let (metadata_location, metadata) = commit(&access, request(body)?).await?;
     Ok(Json(CommitTableResponse {
         metadata_location,
