@@ -78,18 +78,11 @@ async fn load_session(
             send(http.post(format!("{api}/uploads/{id}/credentials"))),
         )
         .await;
-    let values: Vec<String> = (0..rows)
-        .map(|row| {
-            format!(
-                "('s{session}-r{row}', 'a{session}', {}, 'usd', TIMESTAMP '2026-07-01 00:00:00Z')",
-                row + 1
-            )
-        })
-        .collect();
-    let insert = format!(
-        "INSERT INTO lake.{} VALUES {}",
-        text(&created, "staging_table"),
-        values.join(", ")
+    let insert = insert_rows(
+        &text(&created, "staging_table"),
+        &format!("s{session}-r"),
+        &format!("a{session}"),
+        rows,
     );
     latencies
         .time("client append via REST catalog", async {

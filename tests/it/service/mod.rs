@@ -338,6 +338,20 @@ async fn try_rest_session(
     Ok((catalog, ctx))
 }
 
+/// `INSERT INTO lake.<staging>` of `rows` USD transactions of `account`,
+/// with ids `<id_prefix>0`, `<id_prefix>1`, ... and amounts 1, 2, ...
+fn insert_rows(staging: &str, id_prefix: &str, account: &str, rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|row| {
+            format!(
+                "('{id_prefix}{row}', '{account}', {}, 'usd', TIMESTAMP '2026-07-01 00:00:00Z')",
+                row + 1
+            )
+        })
+        .collect();
+    format!("INSERT INTO lake.{staging} VALUES {}", values.join(", "))
+}
+
 /// Three rows into `staging` through `ctx` (plain DataFusion over the REST
 /// catalog); the error's text when the commit is refused.
 async fn insert_three(

@@ -120,18 +120,11 @@ async fn upload(
     .await?;
     let id = text(&created, "upload_id");
     let rows = 1 + rand::random::<u64>() as usize % 4;
-    let values: Vec<String> = (0..rows)
-        .map(|row| {
-            format!(
-                "('{id}-{row}', 'c{client}', {}, 'usd', TIMESTAMP '2026-07-01 00:00:00Z')",
-                row + 1
-            )
-        })
-        .collect();
-    let insert = format!(
-        "INSERT INTO lake.{} VALUES {}",
-        text(&created, "staging_table"),
-        values.join(", ")
+    let insert = insert_rows(
+        &text(&created, "staging_table"),
+        &format!("{id}-"),
+        &format!("c{client}"),
+        rows,
     );
     // A write that fails (its replica was killed) leaves an upload that
     // is aborted: its rows must never reach the target either way.
