@@ -122,6 +122,7 @@ impl Operations {
     pub fn promote_options(&self) -> Result<PromoteOptions> {
         Ok(PromoteOptions {
             lease: self.context()?.options.promotion_lease.duration(),
+            cluster: crate::cluster::of_options(&self.context()?.options)?,
             ..PromoteOptions::default()
         })
     }

@@ -32,6 +32,10 @@ extensions_options! {
         /// How long a promotion's claim holds: a `promoting` upload whose claim
         /// is older can be taken over by `ABORT UPLOAD` and `EXPIRE STAGING`.
         pub promotion_lease: Ttl, default = Ttl::written("60s")
+
+        /// Where PROMOTE's rule scans and CREATE DOWNLOAD's query run: '' (here)
+        /// or a Ballista scheduler, `df://HOST:PORT` (needs the `cluster` feature).
+        pub cluster: String, default = String::new()
     }
 }
 

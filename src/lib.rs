@@ -5,6 +5,7 @@
 mod api;
 mod aws;
 mod catalog;
+pub mod cluster;
 mod config;
 mod context;
 mod credentials;

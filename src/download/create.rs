@@ -21,7 +21,8 @@ use super::{
     PROP_LEASE_SECONDS, PROP_QUERY, PROP_SOURCES,
 };
 use crate::catalog::Icestage;
-use crate::config::{Ttl, bounded_ttl};
+use crate::cluster::Cluster;
+use crate::config::{IcestageOptions, Ttl, bounded_ttl};
 use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
@@ -71,6 +72,8 @@ result_row! {
         pub catalog: String,
         /// A JSON object of catalog connection properties for a client.
         pub connection: String,
+        /// Where the query runs: `local`, or the cluster's URL.
+        pub ran_on: String,
     }
 }
 
@@ -85,6 +88,8 @@ pub(crate) struct CreateDownload {
     /// Source table → snapshot id read (`None`: the table was empty).
     pub(crate) sources: BTreeMap<String, Option<i64>>,
     pub(crate) options: DownloadOptions,
+    /// The cluster the query runs on (`icestage.cluster`); `None`: here.
+    pub(crate) cluster: Option<Cluster>,
 }
 
 /// A download of `plan`: every Iceberg table it reads pinned to one
@@ -97,7 +102,11 @@ pub(crate) async fn plan_download(
     query: String,
     options: DownloadOptions,
 ) -> Result<(CreateDownload, LogicalPlan)> {
-    let (pinned, sources) = pin_snapshots(state, icestage, plan).await?;
+    let cluster = match state.config().options().extensions.get::<IcestageOptions>() {
+        Some(options) => crate::cluster::of_options(options)?,
+        None => None,
+    };
+    let (pinned, sources) = pin_snapshots(state, icestage, plan, cluster.is_some()).await?;
     let schema = crate::tables::ddl::iceberg_schema(pinned.schema().as_arrow())?;
     let input = crate::tables::ddl::cast_to_table_types(pinned, &schema)?;
     let spec = CreateDownload {
@@ -106,16 +115,19 @@ pub(crate) async fn plan_download(
         query,
         sources,
         options,
+        cluster,
     };
     Ok((spec, input))
 }
 
 /// `plan` with every Iceberg table of icestage's catalogs pinned to its
-/// current snapshot, and the snapshots read.
+/// current snapshot, and the snapshots read. For a cluster, each table is
+/// a recipe its executors can open.
 async fn pin_snapshots(
     state: &SessionState,
     icestage: &Icestage,
     plan: LogicalPlan,
+    for_cluster: bool,
 ) -> Result<(LogicalPlan, BTreeMap<String, Option<i64>>)> {
     let mut names = vec![];
     plan.apply(|node| {
@@ -137,6 +149,7 @@ async fn pin_snapshots(
         };
         let snapshot = table.metadata().current_snapshot_id();
         let provider: Arc<dyn datafusion::catalog::TableProvider> = match snapshot {
+            _ if for_cluster => recipe_table(&table, snapshot)?,
             Some(id) => {
                 Arc::new(IcebergStaticTableProvider::try_new_from_table_snapshot(table, id).await?)
             }
@@ -220,6 +233,10 @@ pub(crate) async fn create_download(
         input,
         session,
         options.lease,
+        spec.cluster
+            .as_ref()
+            .map(|c| format!("the query ran on the cluster at {}", c.url()))
+            .unwrap_or_default(),
     ));
     let state = if options.wait {
         let _ = filling.await;
@@ -237,5 +254,24 @@ pub(crate) async fn create_download(
         expires_at: Some(expires_at),
         catalog: catalog.name().to_string(),
         connection: catalog.connection_json()?,
+        ran_on: crate::cluster::ran_on(spec.cluster.as_ref()),
     })
+}
+
+#[cfg(feature = "cluster")]
+fn recipe_table(
+    table: &iceberg::table::Table,
+    snapshot: Option<i64>,
+) -> Result<Arc<dyn datafusion::catalog::TableProvider>> {
+    Ok(Arc::new(crate::cluster::RecipeTable::new(table, snapshot)?))
+}
+
+#[cfg(not(feature = "cluster"))]
+fn recipe_table(
+    _table: &iceberg::table::Table,
+    _snapshot: Option<i64>,
+) -> Result<Arc<dyn datafusion::catalog::TableProvider>> {
+    Err(Error::NotSupported(
+        "this icestage was built without the 'cluster' feature".to_string(),
+    ))
 }

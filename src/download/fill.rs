@@ -69,13 +69,15 @@ async fn write(
     Ok(counts)
 }
 
-/// Runs `input` into the download table and records the outcome.
+/// Runs `input` into the download table and records the outcome
+/// (`ready_message` when it is ready).
 pub(crate) async fn fill(
     catalog: Arc<IcebergCatalog>,
     id: DownloadId,
     input: Arc<dyn ExecutionPlan>,
     session: Arc<SessionState>,
     lease: Duration,
+    ready_message: String,
 ) {
     let beating = tokio::spawn(heartbeat(Arc::clone(&catalog), id.clone(), lease));
     failpoint("download.fill");
@@ -91,7 +93,7 @@ pub(crate) async fn fill(
             HashMap::from([
                 (PROP_ROWS.to_string(), rows.to_string()),
                 (PROP_FILES.to_string(), files.to_string()),
-                (PROP_MESSAGE.to_string(), String::new()),
+                (PROP_MESSAGE.to_string(), ready_message),
             ]),
         ),
         Err(error) => (

@@ -428,7 +428,15 @@ pub(crate) async fn copy_into(
         ctx.progress(),
     )
     .await?;
-    Ok(run.report)
+    let mut report = run.report;
+    if let Some(cluster) = crate::cluster::of_options(&ctx.options)? {
+        report.message.push_str(&format!(
+            "; ran here, not on the cluster at {}: COPY INTO reads its files in this process \
+             (icestage.cluster runs PROMOTE's rule scans and CREATE DOWNLOAD's query)",
+            cluster.url()
+        ));
+    }
+    Ok(report)
 }
 
 /// A file `COPY INTO` (with `on_error = 'skip_file'`) left out.
@@ -510,6 +518,7 @@ pub(crate) async fn copy_files(
         snapshot_id: None,
         table_created: false,
         message: format!("nothing new to load into {name}{changed_note}"),
+        ran_on: crate::cluster::LOCAL.to_string(),
     };
     if to_load.is_empty() {
         return Ok(CopyRun {
@@ -709,5 +718,8 @@ result_row! {
         pub table_created: bool,
         /// What happened, in words.
         pub message: String,
+        /// Where the files were read and written: `local` (COPY INTO runs
+        /// in this process, whatever `icestage.cluster` says).
+        pub ran_on: String,
     }
 }

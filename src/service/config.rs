@@ -75,6 +75,11 @@ pub struct ServiceSettings {
     /// mid-promotion blocks that upload's next promotion this long.
     #[serde(default)]
     pub promotion_lease: Option<String>,
+    /// The Ballista cluster PROMOTE's rule scans and downloads' queries run
+    /// on, `df://HOST:PORT` (the session option `icestage.cluster`; needs
+    /// the `cluster` feature). Unset: in this process.
+    #[serde(default)]
+    pub cluster: Option<String>,
     /// Whether this replica runs the catalogs' pipes (every replica may:
     /// one at a time per pipe). On by default.
     #[serde(default = "default_run_pipes")]

@@ -78,6 +78,14 @@ impl AppState {
             .collect()
             .await?;
         }
+        if let Some(cluster) = &config.service.cluster {
+            let cluster = crate::cluster::Cluster::from_setting(cluster)?
+                .map_or_else(String::new, |c| c.url().to_string());
+            ctx.sql(&format!("SET icestage.cluster = '{cluster}'"))
+                .await?
+                .collect()
+                .await?;
+        }
         let id_secret = match &config.service.id_secret {
             Some(secret) => secret.expose().as_bytes().to_vec(),
             None => rand::random::<[u8; 32]>().to_vec(),

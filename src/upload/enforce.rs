@@ -22,6 +22,7 @@ use super::Staging;
 use super::findings::Finding;
 use super::validate::{FINDINGS_PER_RULE, VALIDATION_MEMORY, Validation, Verify};
 use crate::catalog::provider::table_provider;
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::tables::rules::PlannedCheck;
 
@@ -198,36 +199,14 @@ pub(crate) async fn evaluate_unique(
     name: &str,
     columns: &[String],
     verify: Verify,
+    cluster: Option<&Cluster>,
     validation: &mut Validation,
 ) -> Result<()> {
-    let runtime = RuntimeEnvBuilder::new()
-        .with_memory_limit(VALIDATION_MEMORY, 1.0)
-        .build_arc()?;
-    let config = SessionConfig::new()
-        .set_bool("datafusion.optimizer.prefer_hash_join", false)
-        .with_target_partitions(2);
-    let ctx = SessionContext::new_with_config_rt(config, runtime);
-    let provider = |table: &Table| {
-        let catalog = Arc::clone(&staging.catalog);
-        let ident = table.identifier().clone();
-        async move {
-            table_provider(&catalog, &ident, None)
-                .await?
-                .ok_or_else(|| Error::TableNotFound {
-                    table: ident.to_string(),
-                    hint: String::new(),
-                })
-        }
+    let ctx = match cluster {
+        Some(cluster) => unique_on_cluster(cluster, staging, target).await?,
+        None => unique_here(staging, target, verify).await?,
     };
-    let staged = provider(&staging.table).await?;
-    // The staged side's file pruning would believe the client's manifest
-    // metrics (a file claiming only NULL keys would be skipped).
-    let staged: Arc<dyn TableProvider> = match verify {
-        Verify::Bytes => Arc::new(NoPushdown(staged)),
-        Verify::Metadata => staged,
-    };
-    ctx.register_table("staged", staged)?;
-    ctx.register_table("target", provider(target).await?)?;
+    validation.cluster = cluster.cloned();
     let list = |alias: &str| {
         columns
             .iter()
@@ -305,6 +284,67 @@ pub(crate) async fn evaluate_unique(
         }
     }
     Ok(())
+}
+
+/// The session the uniqueness queries run in here: bounded memory (they
+/// spill), the staged side unpruned when bytes are verified.
+async fn unique_here(staging: &Staging, target: &Table, verify: Verify) -> Result<SessionContext> {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(VALIDATION_MEMORY, 1.0)
+        .build_arc()?;
+    let config = SessionConfig::new()
+        .set_bool("datafusion.optimizer.prefer_hash_join", false)
+        .with_target_partitions(2);
+    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    let provider = |table: &Table| {
+        let catalog = Arc::clone(&staging.catalog);
+        let ident = table.identifier().clone();
+        async move {
+            table_provider(&catalog, &ident, None)
+                .await?
+                .ok_or_else(|| Error::TableNotFound {
+                    table: ident.to_string(),
+                    hint: String::new(),
+                })
+        }
+    };
+    let staged = provider(&staging.table).await?;
+    // The staged side's file pruning would believe the client's manifest
+    // metrics (a file claiming only NULL keys would be skipped).
+    let staged: Arc<dyn TableProvider> = match verify {
+        Verify::Bytes => Arc::new(NoPushdown(staged)),
+        Verify::Metadata => staged,
+    };
+    ctx.register_table("staged", staged)?;
+    ctx.register_table("target", provider(target).await?)?;
+    Ok(ctx)
+}
+
+/// The session the uniqueness queries run in on a cluster: both tables as
+/// recipes of their current snapshots (never pruned by the client's metrics).
+#[cfg(feature = "cluster")]
+async fn unique_on_cluster(
+    cluster: &Cluster,
+    staging: &Staging,
+    target: &Table,
+) -> Result<SessionContext> {
+    use crate::cluster::RecipeTable;
+    let ctx = cluster.context().await?;
+    ctx.register_table("staged", Arc::new(RecipeTable::new(&staging.table, None)?))?;
+    ctx.register_table("target", Arc::new(RecipeTable::new(target, None)?))?;
+    Ok(ctx)
+}
+
+#[cfg(not(feature = "cluster"))]
+async fn unique_on_cluster(
+    cluster: &Cluster,
+    _staging: &Staging,
+    _target: &Table,
+) -> Result<SessionContext> {
+    Err(Error::NotSupported(format!(
+        "cluster {} needs the 'cluster' feature",
+        cluster.url()
+    )))
 }
 
 /// A table whose filters DataFusion evaluates itself: none reach the

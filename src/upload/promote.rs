@@ -33,6 +33,7 @@ use super::{
 use crate::catalog::Icestage;
 use crate::catalog::Removal;
 use crate::catalog::commit::{append_once, summary_count};
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
@@ -115,11 +116,13 @@ result_row! {
         pub findings: i64,
         /// What happened, in words.
         pub message: String,
+        /// Where the rules' scans ran: `local`, or the cluster's URL.
+        pub ran_on: String,
     }
 }
 
 /// How one `PROMOTE UPLOAD` runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromoteOptions {
     /// Validate and report; commit nothing.
     pub dry_run: bool,
@@ -128,6 +131,8 @@ pub struct PromoteOptions {
     /// How long this promotion's claim holds without renewal (it is renewed
     /// every third of it while the promotion runs).
     pub lease: Duration,
+    /// Where the rules' scans run: here (`None`) or on a Ballista cluster.
+    pub cluster: Option<Cluster>,
 }
 
 impl Default for PromoteOptions {
@@ -136,6 +141,7 @@ impl Default for PromoteOptions {
             dry_run: false,
             verify: Verify::Bytes,
             lease: Duration::from_secs(60),
+            cluster: None,
         }
     }
 }
@@ -151,6 +157,7 @@ pub(crate) async fn promote_upload(
         dry_run,
         verify,
         lease: ctx.options.promotion_lease.duration(),
+        cluster: crate::cluster::of_options(&ctx.options)?,
     };
     promote(&ctx.icestage, id, options).await
 }
@@ -172,7 +179,7 @@ pub(crate) async fn promote(
 ) -> Result<Promotion> {
     let mut pause = std::time::Duration::from_millis(100);
     loop {
-        match promote_once(icestage, id, options).await {
+        match promote_once(icestage, id, &options).await {
             Ok(Attempt::Done(promotion)) => return Ok(promotion),
             Ok(Attempt::Busy) => {
                 tokio::time::sleep(pause).await;
@@ -194,7 +201,7 @@ pub(crate) async fn promote(
 async fn promote_once(
     icestage: &Icestage,
     id: &UploadId,
-    options: PromoteOptions,
+    options: &PromoteOptions,
 ) -> Result<Attempt> {
     let Some(mut staging) = find_staging(icestage, id).await? else {
         let record = log::find(icestage, log::UPLOADS, id.as_str()).await?;
@@ -225,6 +232,7 @@ async fn promote_once(
             findings: 0,
             message: already_message(&staging.target.to_string(), snapshot_id),
             state: UploadState::Promoted,
+            ran_on: crate::cluster::LOCAL.to_string(),
         }));
     }
     if matches!(staging.state, UploadState::Aborted | UploadState::Expired) {
@@ -271,7 +279,7 @@ async fn promote_once(
         return Err(error);
     }
     if options.dry_run {
-        return dry_run_validation(&mut staging, &target, options.verify)
+        return dry_run_validation(&mut staging, &target, options)
             .await
             .map(Attempt::Done);
     }
@@ -296,7 +304,7 @@ async fn promote_once(
         Err(e) => return Err(e),
     }
     let _renewing = staging.keep_claim(options.lease);
-    match promote_claimed(&mut staging, &target, options.verify).await {
+    match promote_claimed(&mut staging, &target, options).await {
         Ok(promotion) => Ok(Attempt::Done(promotion)),
         Err(error) => Err(release_claim(&mut staging, error).await),
     }
@@ -329,11 +337,18 @@ async fn release_claim(staging: &mut Staging, error: Error) -> Error {
 async fn promote_claimed(
     staging: &mut Staging,
     target: &Table,
-    verify: Verify,
+    options: &PromoteOptions,
 ) -> Result<Promotion> {
     let id = staging.id.clone();
     let path = transfer_path(staging, target);
-    let validation = validate(staging, target, verify, path == TransferPath::Copy).await?;
+    let validation = validate(
+        staging,
+        target,
+        options.verify,
+        path == TransferPath::Copy,
+        options.cluster.as_ref(),
+    )
+    .await?;
     record_findings(staging, &validation).await?;
     staging.findings = Some(validation.finding_count() as i64);
     if !validation.passed() {
@@ -357,6 +372,7 @@ async fn promote_claimed(
     failpoint("promote.after-validation");
 
     let rows = validation.rows;
+    let ran_on = validation.ran_on();
     if validation.files.is_empty() {
         finish(staging, None, 0, 0, Removal::Everything).await?;
         return Ok(Promotion {
@@ -368,6 +384,7 @@ async fn promote_claimed(
             path: TransferPath::None,
             findings: 0,
             message: format!("the upload was empty: {} is unchanged", staging.target),
+            ran_on,
         });
     }
     let data_files = match path {
@@ -424,6 +441,7 @@ async fn promote_claimed(
         },
         findings: 0,
         message,
+        ran_on,
     })
 }
 
@@ -431,9 +449,16 @@ async fn promote_claimed(
 async fn dry_run_validation(
     staging: &mut Staging,
     target: &Table,
-    verify: Verify,
+    options: &PromoteOptions,
 ) -> Result<Promotion> {
-    let validation = validate(staging, target, verify, false).await?;
+    let validation = validate(
+        staging,
+        target,
+        options.verify,
+        false,
+        options.cluster.as_ref(),
+    )
+    .await?;
     record_findings(staging, &validation).await?;
     staging.findings = Some(validation.finding_count() as i64);
     let lines = validation.summary(staging.id.as_str());
@@ -468,6 +493,7 @@ async fn dry_run_validation(
         path: TransferPath::DryRun,
         findings: validation.finding_count() as i64,
         message,
+        ran_on: validation.ran_on(),
     })
 }
 
@@ -502,6 +528,7 @@ fn already_promoted(id: &UploadId, record: &UploadRecord) -> Option<Promotion> {
         findings: 0,
         message,
         state: UploadState::Promoted,
+        ran_on: crate::cluster::LOCAL.to_string(),
     })
 }
 

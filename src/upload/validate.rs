@@ -29,6 +29,7 @@ use super::promote::load_target;
 use super::{Staging, UploadId, find_staging};
 use crate::catalog::Icestage;
 use crate::catalog::commit::summary_count;
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::tables::rules::{PlannedCheck, Rule, df_schema, plan_checks, rules_of};
 
@@ -50,12 +51,19 @@ pub(crate) struct Validation {
     pub(crate) violations: BTreeMap<String, (Rule, u64)>,
     /// Row-level findings, at most [`FINDINGS_PER_RULE`] per rule.
     pub(crate) findings: Vec<Finding>,
+    /// The cluster the rules' scans ran on; `None`: this process.
+    pub(crate) cluster: Option<Cluster>,
 }
 
 impl Validation {
     /// True when nothing stands in the way of promotion.
     pub(crate) fn passed(&self) -> bool {
         self.reasons.is_empty() && self.violations.values().all(|(_, n)| *n == 0)
+    }
+
+    /// Where the rules' scans ran, as results show it.
+    pub(crate) fn ran_on(&self) -> String {
+        crate::cluster::ran_on(self.cluster.as_ref())
     }
 
     /// Every violation, counted.
@@ -124,6 +132,7 @@ pub(crate) async fn validate(
     target: &Table,
     verify: Verify,
     copy_first: bool,
+    cluster: Option<&Cluster>,
 ) -> Result<Validation> {
     let location = super::confine::assigned_location(staging).await?;
     let (confinement, manifests) = super::confine::confinement(staging, &location).await?;
@@ -207,7 +216,16 @@ pub(crate) async fn validate(
     }
     for rule in &rules {
         if let Rule::Unique { name, columns } = rule {
-            evaluate_unique(staging, target, name, columns, verify, &mut validation).await?;
+            evaluate_unique(
+                staging,
+                target,
+                name,
+                columns,
+                verify,
+                cluster,
+                &mut validation,
+            )
+            .await?;
         }
     }
     Ok(validation)

@@ -18,6 +18,7 @@ const LAYERS: &[&str] = &[
     "aws",
     "catalog",
     "session",
+    "cluster",
     "tables",
     "upload",
     "download",

@@ -2,6 +2,8 @@
 //! whole DataFusion + Iceberg stack).
 
 mod aws;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod common;
 mod downloads;
 mod embedding;

@@ -62,6 +62,33 @@ enum Subcommand {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Run a Ballista scheduler with icestage's codecs (needs the `cluster`
+    /// feature). Scheduler, executors and every client that sets
+    /// icestage.cluster must be the same icestage build.
+    #[cfg(feature = "cluster")]
+    Scheduler {
+        /// Address to listen on; clients use `SET icestage.cluster = 'df://HOST:PORT'`.
+        #[arg(long, default_value = "127.0.0.1:50050")]
+        bind: std::net::SocketAddr,
+    },
+    /// Run a Ballista executor with icestage's codecs (needs the `cluster`
+    /// feature). Scheduler, executors and clients must be the same icestage
+    /// build; the executor must reach the tables' storage as the client does.
+    #[cfg(feature = "cluster")]
+    Executor {
+        /// The scheduler's HOST:PORT.
+        #[arg(long)]
+        scheduler: String,
+        /// Address for shuffle reads from other executors (Arrow Flight).
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        bind: std::net::SocketAddr,
+        /// Folder for shuffle files (a temporary folder when not given).
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+        /// Tasks run at once (0: one per core).
+        #[arg(long, default_value_t = 0)]
+        concurrent_tasks: usize,
+    },
 }
 
 /// How results are printed.
@@ -103,6 +130,9 @@ fn keep_freed_memory() {
 fn main() -> ExitCode {
     keep_freed_memory();
     tokio::runtime::Builder::new_multi_thread()
+        // DataFusion's and Ballista's plan walks recurse; Ballista's own
+        // processes run with this stack too.
+        .thread_stack_size(32 << 20)
         .enable_all()
         .build()
         .expect("a tokio runtime")
@@ -121,9 +151,37 @@ async fn main_async() -> ExitCode {
 }
 
 async fn run(args: Args) -> icestage::Result<ExitCode> {
-    if let Some(Subcommand::Serve { config }) = &args.command {
-        icestage::service::serve(icestage::service::ServiceConfig::from_file(config)?).await?;
-        return Ok(ExitCode::SUCCESS);
+    match &args.command {
+        Some(Subcommand::Serve { config }) => {
+            icestage::service::serve(icestage::service::ServiceConfig::from_file(config)?).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        #[cfg(feature = "cluster")]
+        Some(Subcommand::Scheduler { bind }) => {
+            log_tasks();
+            eprintln!("icestage scheduler listening on {bind}");
+            icestage::cluster::run_scheduler(*bind).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        #[cfg(feature = "cluster")]
+        Some(Subcommand::Executor {
+            scheduler,
+            bind,
+            work_dir,
+            concurrent_tasks,
+        }) => {
+            log_tasks();
+            eprintln!("icestage executor on {bind}, scheduler {scheduler}");
+            icestage::cluster::run_executor(icestage::cluster::ExecutorOptions {
+                scheduler: scheduler.clone(),
+                bind: *bind,
+                work_dir: work_dir.as_ref().map(|d| d.display().to_string()),
+                concurrent_tasks: *concurrent_tasks,
+            })
+            .await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        None => {}
     }
     let config = match &args.catalog_config {
         Some(path) => IcestageConfig::from_toml_file(path)?,
@@ -149,6 +207,17 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
     // Downloads this process is filling finish before it exits.
     service.finish_background_work().await;
     Ok(code)
+}
+
+/// Cluster processes print Ballista's progress (tasks received and done)
+/// to standard error; `RUST_LOG` chooses more or less.
+#[cfg(feature = "cluster")]
+fn log_tasks() {
+    env_logger::Builder::from_env(
+        env_logger::Env::default()
+            .default_filter_or("warn,ballista_executor=info,ballista_scheduler=info"),
+    )
+    .init();
 }
 
 async fn run_scripts(shell: &mut Shell, args: &Args) -> icestage::Result<ExitCode> {

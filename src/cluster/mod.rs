@@ -1,0 +1,142 @@
+//! Past one machine: the heavy scans of PROMOTE's rules and of CREATE
+//! DOWNLOAD's query run on an Apache DataFusion Ballista cluster when
+//! `icestage.cluster` names one (`SET icestage.cluster = 'df://HOST:PORT'`).
+//!
+//! Only reading travels: Iceberg tables go as recipes ([`recipe`]), the
+//! executors scan, join and aggregate, and the rows come back to the
+//! coordinator, which writes and commits through the same exactly-once path
+//! as a local run. A lost or retried task can cost time, never a second
+//! commit. Scheduler, executors and client must be the same icestage build
+//! (the codecs are icestage's).
+//!
+//! Without the `cargo` feature `cluster` the setting is refused with how to
+//! get it.
+
+#[cfg(feature = "cluster")]
+mod codec;
+#[cfg(feature = "cluster")]
+mod process;
+#[cfg(feature = "cluster")]
+mod recipe;
+
+#[cfg(feature = "cluster")]
+pub use codec::{IcestageLogicalCodec, IcestagePhysicalCodec};
+#[cfg(feature = "cluster")]
+pub use process::{ExecutorOptions, run_executor, run_scheduler, start_in_process};
+#[cfg(feature = "cluster")]
+pub(crate) use recipe::RecipeTable;
+
+use crate::error::{Error, Result};
+
+/// Partitions a table's files are split into on the cluster (each reads
+/// every `PARTITIONS`-th file).
+#[cfg(feature = "cluster")]
+const PARTITIONS: usize = 8;
+
+/// What results say when the work ran in this process.
+pub(crate) const LOCAL: &str = "local";
+
+/// A Ballista cluster's scheduler, as `df://HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    url: String,
+}
+
+impl Cluster {
+    /// The cluster a setting names: `None` for `''` or `'local'`.
+    pub fn from_setting(text: &str) -> Result<Option<Self>> {
+        let text = text.trim();
+        if text.is_empty() || text.eq_ignore_ascii_case(LOCAL) {
+            return Ok(None);
+        }
+        let bad = |why: &str| {
+            Error::invalid(format!(
+                "icestage.cluster = '{text}' {why}: name the scheduler as 'df://HOST:PORT' \
+                 (e.g. 'df://127.0.0.1:50050'), or '' to run here"
+            ))
+        };
+        let url = url::Url::parse(text).map_err(|_| bad("is not a URL"))?;
+        if url.scheme() != "df" {
+            return Err(bad("does not start with df://"));
+        }
+        let host = url.host_str().ok_or_else(|| bad("has no host"))?;
+        let port = url.port().ok_or_else(|| bad("has no port"))?;
+        if !cfg!(feature = "cluster") {
+            return Err(Error::NotSupported(format!(
+                "icestage.cluster = '{text}': this icestage was built without the 'cluster' \
+                 feature; build it with `cargo build --release --features cluster` (scheduler, \
+                 executors and client from the same build), or SET icestage.cluster = ''"
+            )));
+        }
+        Ok(Some(Self {
+            url: format!("df://{host}:{port}"),
+        }))
+    }
+
+    /// The scheduler's URL, `df://HOST:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A session whose queries run on this cluster, with icestage's codecs
+    /// (in UTC, as icestage's sessions are unless told otherwise).
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn context(&self) -> Result<datafusion::prelude::SessionContext> {
+        use ballista::extension::SessionContextExt;
+        use datafusion::execution::SessionStateBuilder;
+
+        let mut config = process::session_config().with_target_partitions(PARTITIONS);
+        config.options_mut().execution.time_zone = Some("+00:00".to_string());
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .build();
+        datafusion::prelude::SessionContext::remote_with_state(&self.url, state)
+            .await
+            .map_err(|e| {
+                Error::Config(format!(
+                    "cannot use the cluster at {}: {e}; is `icestage scheduler` running there?",
+                    self.url
+                ))
+            })
+    }
+}
+
+/// The cluster the session's `icestage.cluster` names, if any.
+pub(crate) fn of_options(options: &crate::config::IcestageOptions) -> Result<Option<Cluster>> {
+    Cluster::from_setting(&options.cluster)
+}
+
+/// Where work ran, as results show it: `local` or the cluster's URL.
+pub(crate) fn ran_on(cluster: Option<&Cluster>) -> String {
+    cluster.map_or_else(|| LOCAL.to_string(), |c| c.url.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_name_a_scheduler_or_nothing() {
+        assert_eq!(Cluster::from_setting("").unwrap(), None);
+        assert_eq!(Cluster::from_setting(" local ").unwrap(), None);
+        for bad in ["127.0.0.1:50050", "http://h:1", "df://h", "df://"] {
+            let message = Cluster::from_setting(bad).unwrap_err().to_string();
+            assert!(
+                message.contains(bad) && message.contains("df://HOST:PORT"),
+                "{message}"
+            );
+        }
+        let named = Cluster::from_setting("df://127.0.0.1:50050");
+        if cfg!(feature = "cluster") {
+            assert_eq!(named.unwrap().unwrap().url(), "df://127.0.0.1:50050");
+        } else {
+            assert!(
+                named
+                    .unwrap_err()
+                    .to_string()
+                    .contains("--features cluster")
+            );
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! An Iceberg table as it travels to a cluster: a recipe (metadata file,
+//! snapshot, file-IO properties), never a list of files, so a plan over a
+//! table of a million files stays a few hundred bytes on the wire.
+//!
+//! The scheduler turns a [`RecipeTable`] into a [`RecipeScanExec`] of `n`
+//! partitions; every executor opens the same metadata file, plans the same
+//! snapshot's files, sorts them by path and reads every `n`-th one. Two
+//! checks stop a table that did not resolve from reading as empty: every
+//! executor must plan as many files as the scheduler did, and every
+//! partition must read as many rows as its files' manifests record.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::{StreamExt, TryStreamExt};
+use iceberg::io::FileIOBuilder;
+use iceberg::scan::FileScanTask;
+use iceberg::table::{StaticTable, Table};
+use iceberg::{NamespaceIdent, TableIdent};
+use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Where to find one snapshot of one Iceberg table, and how to reach its files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Recipe {
+    /// The table's name, for messages.
+    pub(crate) table: String,
+    /// Its `metadata.json` at the time the plan was made.
+    pub(crate) metadata_location: String,
+    /// The snapshot read; `None` for a table without one (reads nothing).
+    pub(crate) snapshot_id: Option<i64>,
+    /// The file IO's properties (storage endpoint, region, credentials).
+    pub(crate) file_io: HashMap<String, String>,
+}
+
+impl Recipe {
+    /// The recipe of `table` at `snapshot_id` (its current snapshot when `None`).
+    pub(crate) fn of(table: &Table, snapshot_id: Option<i64>) -> Result<Self> {
+        let metadata_location = table.metadata_location().ok_or_else(|| {
+            Error::invalid(format!(
+                "table {} has no metadata file, so a cluster cannot read it: run the statement \
+                 without icestage.cluster",
+                table.identifier()
+            ))
+        })?;
+        Ok(Self {
+            table: table.identifier().to_string(),
+            metadata_location: metadata_location.to_string(),
+            snapshot_id: snapshot_id.or_else(|| table.metadata().current_snapshot_id()),
+            file_io: table.file_io().config().props().clone(),
+        })
+    }
+
+    /// Opens the table the recipe names, read-only.
+    pub(crate) async fn open(&self) -> Result<Table> {
+        let io = FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
+            .with_props(self.file_io.clone())
+            .build();
+        let ident = TableIdent::new(
+            NamespaceIdent::new("cluster".to_string()),
+            self.table.clone(),
+        );
+        let table = StaticTable::from_metadata_file(&self.metadata_location, ident, io)
+            .await
+            .map_err(|e| {
+                Error::invalid(format!(
+                    "cannot read {}'s metadata file {} where the task ran ({e}): every executor \
+                     must reach the table's storage (same paths, endpoint and credentials)",
+                    self.table, self.metadata_location
+                ))
+            })?;
+        Ok(table.into_table())
+    }
+
+    /// The snapshot's data files for `columns`, in path order (the order
+    /// every executor agrees on).
+    pub(crate) async fn tasks(
+        &self,
+        table: &Table,
+        columns: &[String],
+    ) -> Result<Vec<FileScanTask>> {
+        let Some(snapshot) = self.snapshot_id else {
+            return Ok(vec![]);
+        };
+        let scan = table
+            .scan()
+            .snapshot_id(snapshot)
+            .select(columns.iter().cloned())
+            .build()?;
+        let mut tasks: Vec<FileScanTask> = scan.plan_files().await?.try_collect().await?;
+        tasks.sort_by(|a, b| {
+            (a.data_file_path.as_str(), a.start).cmp(&(b.data_file_path.as_str(), b.start))
+        });
+        Ok(tasks)
+    }
+}
+
+/// A table provider for one pinned snapshot that a cluster can plan: the
+/// logical codec sends its recipe.
+#[derive(Debug)]
+pub(crate) struct RecipeTable {
+    pub(crate) recipe: Recipe,
+    pub(crate) schema: SchemaRef,
+}
+
+impl RecipeTable {
+    /// `table` at `snapshot_id` (its current snapshot when `None`).
+    pub(crate) fn new(table: &Table, snapshot_id: Option<i64>) -> Result<Self> {
+        let recipe = Recipe::of(table, snapshot_id)?;
+        let schema = recipe.arrow_schema(table)?;
+        Ok(Self { recipe, schema })
+    }
+}
+
+#[async_trait]
+impl TableProvider for RecipeTable {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    /// Filters are never pushed in: DataFusion evaluates them on the rows
+    /// read, so no file is skipped on the strength of its metrics.
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let schema = match projection {
+            Some(indices) => Arc::new(self.schema.project(indices)?),
+            None => Arc::clone(&self.schema),
+        };
+        let table = self.recipe.open().await?;
+        let columns = scan_columns(&self.schema, &schema);
+        let files = self.recipe.tasks(&table, &columns).await?.len();
+        let partitions = files.clamp(1, state.config().target_partitions().max(1));
+        Ok(Arc::new(RecipeScanExec::new(
+            self.recipe.clone(),
+            schema,
+            partitions,
+            files,
+        )))
+    }
+}
+
+/// The columns to ask Iceberg for: the projected ones, or the first column
+/// when none is (`count(*)` reads rows, not values).
+fn scan_columns(table: &SchemaRef, projected: &SchemaRef) -> Vec<String> {
+    let names: Vec<String> = projected
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    if names.is_empty() {
+        table
+            .fields()
+            .iter()
+            .take(1)
+            .map(|f| f.name().clone())
+            .collect()
+    } else {
+        names
+    }
+}
+
+/// Reads every `partitions`-th file of a recipe's snapshot, starting at the
+/// partition's index.
+#[derive(Debug)]
+pub(crate) struct RecipeScanExec {
+    pub(crate) recipe: Recipe,
+    pub(crate) schema: SchemaRef,
+    pub(crate) partitions: usize,
+    /// The files the scheduler planned; every executor must plan as many.
+    pub(crate) files: usize,
+    properties: Arc<PlanProperties>,
+}
+
+impl RecipeScanExec {
+    pub(crate) fn new(recipe: Recipe, schema: SchemaRef, partitions: usize, files: usize) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self {
+            recipe,
+            schema,
+            partitions,
+            files,
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for RecipeScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "RecipeScanExec: table={} snapshot={} files={} partitions={}",
+            self.recipe.table,
+            self.recipe
+                .snapshot_id
+                .map_or_else(|| "none".to_string(), |s| s.to_string()),
+            self.files,
+            self.partitions
+        )
+    }
+}
+
+impl ExecutionPlan for RecipeScanExec {
+    fn name(&self) -> &str {
+        "RecipeScanExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        let recipe = self.recipe.clone();
+        let schema = Arc::clone(&self.schema);
+        let (partitions, planned) = (self.partitions, self.files);
+        let stream = futures::stream::once(async move {
+            read_partition(recipe, schema, partition, partitions, planned).await
+        })
+        .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            stream,
+        )))
+    }
+}
+
+/// One partition's rows, checked against what the manifests record.
+async fn read_partition(
+    recipe: Recipe,
+    schema: SchemaRef,
+    partition: usize,
+    partitions: usize,
+    planned: usize,
+) -> DFResult<futures::stream::BoxStream<'static, DFResult<RecordBatch>>> {
+    crate::session::failpoint("cluster.scan");
+    let table = recipe.open().await?;
+    let all = recipe.schema_columns(&table, &schema)?;
+    let tasks = recipe.tasks(&table, &all).await?;
+    if tasks.len() != planned {
+        return Err(DataFusionError::External(Box::new(Error::invalid(
+            format!(
+                "{} at snapshot {} has {} data files where this task ran but {planned} when the job \
+             was planned: the executors see other storage than the coordinator",
+                recipe.table,
+                recipe.snapshot_id.unwrap_or_default(),
+                tasks.len()
+            ),
+        ))));
+    }
+    let mine: Vec<FileScanTask> = tasks
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % partitions == partition)
+        .map(|(_, t)| t)
+        .collect();
+    // Rows the manifests record for these files (exact when no delete file
+    // applies; with deletes the rows read are fewer, and not checked).
+    let expected: Option<u64> = mine
+        .iter()
+        .map(|t| t.deletes.is_empty().then_some(t.record_count).flatten())
+        .sum();
+    let batches = table
+        .reader_builder()
+        .build()
+        .read(Box::pin(futures::stream::iter(mine.into_iter().map(Ok))))
+        .map_err(|e| DataFusionError::External(Box::new(Error::from(e))))?
+        .stream();
+    let reading = Reading {
+        batches,
+        schema,
+        table: recipe.table,
+        partition,
+        expected,
+        read: 0,
+        done: false,
+    };
+    let checked = futures::stream::unfold(reading, |mut reading| async move {
+        let item = reading.next().await?;
+        Some((item, reading))
+    });
+    Ok(checked.boxed())
+}
+
+/// A partition's batches as they are read, then the check of their count.
+struct Reading {
+    batches: iceberg::scan::ArrowRecordBatchStream,
+    schema: SchemaRef,
+    table: String,
+    partition: usize,
+    expected: Option<u64>,
+    read: u64,
+    done: bool,
+}
+
+impl Reading {
+    async fn next(&mut self) -> Option<DFResult<RecordBatch>> {
+        if self.done {
+            return None;
+        }
+        match self.batches.next().await {
+            Some(Ok(batch)) => {
+                self.read += batch.num_rows() as u64;
+                Some(conform(&batch, &self.schema))
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Some(Err(DataFusionError::External(Box::new(Error::from(e)))))
+            }
+            None => {
+                self.done = true;
+                let expected = self.expected.filter(|e| *e != self.read)?;
+                Some(Err(DataFusionError::External(Box::new(Error::invalid(
+                    format!(
+                        "{}: partition {} read {} rows where the manifests record {expected}: a data \
+                     file is missing, truncated or unreadable",
+                        self.table, self.partition, self.read
+                    ),
+                )))))
+            }
+        }
+    }
+}
+
+impl Recipe {
+    /// The schema of the recipe's snapshot (the table's current one when
+    /// it has none), in Arrow form.
+    fn arrow_schema(&self, table: &Table) -> Result<SchemaRef> {
+        let schema = match self
+            .snapshot_id
+            .and_then(|id| table.metadata().snapshot_by_id(id))
+        {
+            Some(snapshot) => snapshot.schema(table.metadata())?,
+            None => Arc::clone(table.metadata().current_schema()),
+        };
+        Ok(Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?))
+    }
+
+    /// The columns to read for `projected`, a projection of the table's schema.
+    fn schema_columns(&self, table: &Table, projected: &SchemaRef) -> Result<Vec<String>> {
+        Ok(scan_columns(&self.arrow_schema(table)?, projected))
+    }
+}
+
+/// `batch` with `schema`'s fields (the reader's carry Iceberg's field ids);
+/// a projection of no column keeps only the row count.
+fn conform(batch: &RecordBatch, schema: &SchemaRef) -> DFResult<RecordBatch> {
+    if schema.fields().is_empty() {
+        let options = datafusion::arrow::array::RecordBatchOptions::new()
+            .with_row_count(Some(batch.num_rows()));
+        return Ok(RecordBatch::try_new_with_options(
+            Arc::clone(schema),
+            vec![],
+            &options,
+        )?);
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            batch.column_by_name(field.name()).cloned().ok_or_else(|| {
+                DataFusionError::Execution(format!(
+                    "the scan returned no column '{}'",
+                    field.name()
+                ))
+            })
+        })
+        .collect::<DFResult<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}

@@ -1,0 +1,369 @@
+//! PROMOTE's rule scans and CREATE DOWNLOAD's query on a Ballista cluster:
+//! the same findings and rows as in this process, on an in-process cluster
+//! and on a scheduler with two executor processes; an executor killed
+//! mid-job leaves a complete download or none.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::prelude::SessionContext;
+
+use crate::common::{Warehouse, create_upload, run, scalar, value};
+
+/// A target with a UNIQUE and a CHECK rule, in six data files.
+async fn target(ctx: &SessionContext) {
+    for sql in [
+        "CREATE SCHEMA payments",
+        "CREATE TABLE payments.transactions (transaction_id VARCHAR NOT NULL, \
+         account_id VARCHAR NOT NULL, amount_cents BIGINT NOT NULL, currency VARCHAR NOT NULL)",
+        "ALTER TABLE payments.transactions ADD CONSTRAINT one_row_per_txn UNIQUE (transaction_id)",
+        "ALTER TABLE payments.transactions ADD CONSTRAINT positive CHECK (amount_cents > 0)",
+    ] {
+        run(ctx, sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    for file in 0..6 {
+        let rows: Vec<String> = (0..50)
+            .map(|i| {
+                let n = file * 50 + i;
+                format!("('t{n}', 'acct_{}', {}, 'usd')", n % 7, 100 + n)
+            })
+            .collect();
+        run(
+            ctx,
+            &format!(
+                "INSERT INTO payments.transactions VALUES {}",
+                rows.join(", ")
+            ),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// An upload with a key already in the target, a key twice, a negative
+/// amount and a clean row, in three files.
+async fn upload_with_findings(ctx: &SessionContext) -> String {
+    let upload = create_upload(ctx, "payments.transactions").await;
+    for rows in [
+        "('t7', 'acct_1', 5, 'usd'), ('n1', 'acct_2', 6, 'usd')",
+        "('n1', 'acct_2', 7, 'usd'), ('n2', 'acct_3', -8, 'usd')",
+        "('n3', 'acct_4', 9, 'usd')",
+    ] {
+        run(
+            ctx,
+            &format!("INSERT INTO {} VALUES {rows}", upload.staging_table),
+        )
+        .await
+        .unwrap();
+    }
+    upload.id
+}
+
+/// The findings of upload `id`, as text.
+async fn findings(ctx: &SessionContext, id: &str) -> String {
+    let batches = run(
+        ctx,
+        &format!(
+            "SELECT rule, kind, row, message FROM upload_findings('{id}') ORDER BY rule, row, message"
+        ),
+    )
+    .await
+    .unwrap();
+    pretty_format_batches(&batches).unwrap().to_string()
+}
+
+async fn set_cluster(ctx: &SessionContext, url: &str) {
+    run(ctx, &format!("SET icestage.cluster = '{url}'"))
+        .await
+        .unwrap();
+}
+
+/// A download's rows, as text, and what CREATE DOWNLOAD said of where it ran.
+async fn download(ctx: &SessionContext) -> (String, String, String) {
+    let opened = run(
+        ctx,
+        "CREATE DOWNLOAD WITH (wait = true) AS \
+         SELECT t.account_id, count(*) AS n, sum(t.amount_cents) AS total, max(o.transaction_id) AS last \
+         FROM payments.transactions t JOIN payments.transactions o ON t.transaction_id = o.transaction_id \
+         WHERE t.amount_cents > 120 GROUP BY t.account_id",
+    )
+    .await
+    .unwrap();
+    assert_eq!(value(&opened, "state"), "ready");
+    let id = value(&opened, "download_id");
+    let rows = run(
+        ctx,
+        &format!(
+            "SELECT * FROM {} ORDER BY account_id",
+            value(&opened, "download_table")
+        ),
+    )
+    .await
+    .unwrap();
+    let message = scalar(
+        ctx,
+        &format!("SELECT coalesce(message, '') FROM download_status('{id}')"),
+    )
+    .await;
+    (
+        pretty_format_batches(&rows).unwrap().to_string(),
+        value(&opened, "ran_on"),
+        message,
+    )
+}
+
+/// Runs the same promotions and download here and on `url`, and checks
+/// that they agree.
+async fn same_here_and_on(url: &str) {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    target(&ctx).await;
+
+    // Rules: the same findings from the local scans and the cluster's.
+    let id = upload_with_findings(&ctx).await;
+    let local = run(
+        &ctx,
+        &format!("PROMOTE UPLOAD '{id}' WITH (dry_run = true)"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(value(&local, "ran_on"), "local");
+    let here = findings(&ctx, &id).await;
+    assert!(here.contains("already in the target"), "{here}");
+    assert!(here.contains("more than once"), "{here}");
+    assert!(here.contains("positive"), "{here}");
+
+    let remote = warehouse.session().await;
+    set_cluster(&remote, url).await;
+    let on_cluster = run(
+        &remote,
+        &format!("PROMOTE UPLOAD '{id}' WITH (dry_run = true)"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(value(&on_cluster, "ran_on"), url);
+    assert_eq!(value(&on_cluster, "findings"), value(&local, "findings"));
+    assert_eq!(findings(&remote, &id).await, here);
+
+    // A clean upload promotes from the cluster's verdict, once.
+    let clean = create_upload(&remote, "payments.transactions").await;
+    run(
+        &remote,
+        &format!(
+            "INSERT INTO {} VALUES ('c1', 'acct_1', 1, 'usd'), ('c2', 'acct_2', 2, 'usd')",
+            clean.staging_table
+        ),
+    )
+    .await
+    .unwrap();
+    let promoted = run(&remote, &format!("PROMOTE UPLOAD '{}'", clean.id))
+        .await
+        .unwrap();
+    assert_eq!(value(&promoted, "state"), "promoted");
+    assert_eq!(value(&promoted, "ran_on"), url);
+    assert_eq!(
+        scalar(
+            &ctx,
+            "SELECT count(*) FROM payments.transactions WHERE transaction_id IN ('c1', 'c2')"
+        )
+        .await,
+        "2"
+    );
+
+    // A download: the same rows from a join and an aggregate.
+    let (rows_here, ran_here, _) = download(&ctx).await;
+    let (rows_there, ran_there, message) = download(&remote).await;
+    assert_eq!(ran_here, "local");
+    assert_eq!(ran_there, url);
+    assert!(message.contains(url), "{message}");
+    assert_eq!(rows_there, rows_here);
+    assert!(rows_here.contains("acct_6"), "{rows_here}");
+}
+
+/// Runs `test` on a runtime whose threads have the stack Ballista's own
+/// processes give theirs (its plan encoding recurses deeply in debug builds).
+fn on_cluster_stack<F: std::future::Future<Output = ()> + Send + 'static>(test: F) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .thread_stack_size(32 << 20)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async { tokio::spawn(test).await.unwrap() });
+}
+
+#[test]
+fn an_in_process_cluster_gives_the_same_findings_and_rows() {
+    on_cluster_stack(async {
+        let url = icestage::cluster::start_in_process(2, 2).await.unwrap();
+        same_here_and_on(&url).await;
+    });
+}
+
+/// A cluster process whose standard error is kept.
+struct Process {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Process {
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_icestage"))
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start icestage");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().unwrap();
+        let sink = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut text = sink.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        Self { child, stderr }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    async fn wait_for(&self, needle: &str, timeout: Duration) {
+        let start = Instant::now();
+        while !self.stderr().contains(needle) {
+            assert!(
+                start.elapsed() < timeout,
+                "no '{needle}' within {timeout:?}; stderr:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A scheduler and two executor processes (one task at a time each, so the
+/// tasks spread), the first with `env`.
+async fn cluster(env: &[(&str, &str)]) -> (String, Process, Vec<Process>) {
+    let port = free_port();
+    let scheduler = format!("127.0.0.1:{port}");
+    let scheduler_process = Process::start(&["scheduler", "--bind", &scheduler], &[]);
+    let mut executors = vec![];
+    for n in 0..2 {
+        let bind = format!("127.0.0.1:{}", free_port());
+        let work = tempfile::tempdir().unwrap().keep();
+        executors.push(Process::start(
+            &[
+                "executor",
+                "--scheduler",
+                &scheduler,
+                "--bind",
+                &bind,
+                "--work-dir",
+                work.to_str().unwrap(),
+                "--concurrent-tasks",
+                "1",
+            ],
+            if n == 0 { env } else { &[] },
+        ));
+    }
+    for executor in &executors {
+        executor
+            .wait_for("poll work loop", Duration::from_secs(60))
+            .await;
+    }
+    (format!("df://{scheduler}"), scheduler_process, executors)
+}
+
+#[test]
+fn a_scheduler_and_two_executor_processes_give_the_same_findings_and_rows() {
+    on_cluster_stack(two_executor_processes());
+}
+
+async fn two_executor_processes() {
+    let (url, _scheduler, executors) = cluster(&[]).await;
+    same_here_and_on(&url).await;
+    for (n, executor) in executors.iter().enumerate() {
+        let log = executor.stderr();
+        assert!(
+            log.contains("Done with task"),
+            "executor {n} ran no task:\n{log}"
+        );
+    }
+}
+
+#[test]
+fn an_executor_killed_mid_job_leaves_a_whole_download_or_none() {
+    on_cluster_stack(executor_killed_mid_job());
+}
+
+async fn executor_killed_mid_job() {
+    // The first executor stops inside its first scan; it is killed there.
+    let (url, _scheduler, mut executors) = cluster(&[("ICESTAGE_FAILPOINT", "cluster.scan")]).await;
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    target(&ctx).await;
+    let expected = scalar(&ctx, "SELECT count(*) FROM payments.transactions").await;
+    set_cluster(&ctx, &url).await;
+    let opened = run(
+        &ctx,
+        "CREATE DOWNLOAD AS SELECT * FROM payments.transactions",
+    )
+    .await
+    .unwrap();
+    let id = value(&opened, "download_id");
+    executors[0]
+        .wait_for("failpoint cluster.scan reached", Duration::from_secs(60))
+        .await;
+    let _ = executors[0].child.kill();
+    let waited = run(
+        &ctx,
+        &format!("SELECT state, rows FROM wait_download('{id}', '180s')"),
+    )
+    .await
+    .unwrap();
+    let table = value(&opened, "download_table");
+    let snapshots = scalar(&ctx, &format!("SELECT count(*) FROM {table}$snapshots")).await;
+    eprintln!(
+        "after the kill: download {}, {snapshots} snapshot(s)",
+        value(&waited, "state")
+    );
+    match value(&waited, "state").as_str() {
+        "ready" => {
+            assert_eq!(value(&waited, "rows"), expected);
+            assert_eq!(snapshots, "1");
+            assert_eq!(
+                scalar(
+                    &ctx,
+                    &format!("SELECT count(DISTINCT transaction_id) FROM {table}")
+                )
+                .await,
+                expected
+            );
+        }
+        "failed" => assert_eq!(snapshots, "0"),
+        other => panic!("download ended {other}"),
+    }
+    executors.remove(0);
+}
