@@ -367,3 +367,30 @@ async fn executor_killed_mid_job() {
     }
     executors.remove(0);
 }
+
+#[test]
+fn copy_into_runs_here_and_says_so_when_a_cluster_is_set() {
+    on_cluster_stack(async {
+        let warehouse = Warehouse::new();
+        let ctx = warehouse.session().await;
+        // A cluster that is never reached: COPY INTO does not use it.
+        set_cluster(&ctx, "df://127.0.0.1:9").await;
+        let orders = crate::common::repo().join("sql/data/orders/");
+        let report = run(
+            &ctx,
+            &format!(
+                "COPY INTO raw.orders FROM '{}' WITH (all_files = true)",
+                orders.display()
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(value(&report, "ran_on"), "local");
+        assert_eq!(value(&report, "files_loaded"), "3");
+        let message = value(&report, "message");
+        assert!(
+            message.contains("ran here, not on the cluster at df://127.0.0.1:9"),
+            "{message}"
+        );
+    });
+}
