@@ -16,6 +16,8 @@ mod functions;
 mod ingest;
 mod pipe;
 mod plan;
+#[cfg(feature = "cluster")]
+pub mod processes;
 mod progress;
 mod rows;
 mod secret;

@@ -15,16 +15,28 @@
 #[cfg(feature = "cluster")]
 mod codec;
 #[cfg(feature = "cluster")]
+mod job;
+#[cfg(feature = "cluster")]
 mod process;
 #[cfg(feature = "cluster")]
 mod recipe;
+#[cfg(feature = "cluster")]
+mod write;
 
 #[cfg(feature = "cluster")]
 pub use codec::{IcestageLogicalCodec, IcestagePhysicalCodec};
 #[cfg(feature = "cluster")]
-pub use process::{ExecutorOptions, run_executor, run_scheduler, start_in_process};
+pub use job::{Job, JobDecoder, Jobs};
 #[cfg(feature = "cluster")]
-pub(crate) use recipe::RecipeTable;
+pub(crate) use job::{decode_message, encode_message, run_job, share};
+#[cfg(feature = "cluster")]
+pub use process::ExecutorOptions;
+#[cfg(feature = "cluster")]
+pub(crate) use process::{run_executor, run_scheduler, start_in_process};
+#[cfg(feature = "cluster")]
+pub(crate) use recipe::{Recipe, RecipeTable, file_io};
+#[cfg(feature = "cluster")]
+pub(crate) use write::write_on_cluster;
 
 use crate::error::{Error, Result};
 
@@ -85,7 +97,8 @@ impl Cluster {
         use ballista::extension::SessionContextExt;
         use datafusion::execution::SessionStateBuilder;
 
-        let mut config = process::session_config().with_target_partitions(PARTITIONS);
+        let mut config =
+            process::session_config(&Jobs::default()).with_target_partitions(PARTITIONS);
         config.options_mut().execution.time_zone = Some("+00:00".to_string());
         let state = SessionStateBuilder::new()
             .with_config(config)

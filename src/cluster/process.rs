@@ -13,36 +13,57 @@ use std::time::Duration;
 use ballista_core::ConfigProducer;
 use ballista_core::config::TaskSchedulingPolicy;
 use ballista_core::extension::SessionConfigExt;
+use ballista_core::extension::{
+    ballista_aggregate_functions, ballista_scalar_functions, ballista_window_functions,
+};
 use ballista_core::registry::BallistaFunctionRegistry;
 use ballista_core::serde::BallistaCodec;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
-use ballista_core::utils::default_session_builder;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::scheduler_process::start_server;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::context::SessionState;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::SessionConfig;
 
 use super::codec::{IcestageLogicalCodec, IcestagePhysicalCodec};
+use super::job::Jobs;
+use super::write::ClusterQueryPlanner;
 use crate::error::{Error, Result};
 
 /// The session configuration every cluster process starts from: Ballista's,
-/// with icestage's codecs.
-pub(crate) fn session_config() -> SessionConfig {
+/// with icestage's codecs, decoding `jobs`.
+pub(crate) fn session_config(jobs: &Jobs) -> SessionConfig {
     SessionConfig::new_with_ballista()
-        .with_ballista_logical_extension_codec(Arc::new(IcestageLogicalCodec::default()))
-        .with_ballista_physical_extension_codec(Arc::new(IcestagePhysicalCodec::default()))
+        .with_ballista_logical_extension_codec(Arc::new(IcestageLogicalCodec::new(jobs.clone())))
+        .with_ballista_physical_extension_codec(Arc::new(IcestagePhysicalCodec::new(jobs.clone())))
 }
 
-fn config_producer() -> ConfigProducer {
-    Arc::new(session_config)
+/// The scheduler's sessions: Ballista's functions, and a planner that
+/// knows icestage's write.
+fn session_builder(config: SessionConfig) -> datafusion::common::Result<SessionState> {
+    Ok(SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(config)
+        .with_runtime_env(Arc::new(RuntimeEnvBuilder::new().build()?))
+        .with_scalar_functions(ballista_scalar_functions())
+        .with_aggregate_functions(ballista_aggregate_functions())
+        .with_window_functions(ballista_window_functions())
+        .with_query_planner(Arc::new(ClusterQueryPlanner))
+        .build())
 }
 
-fn codec() -> BallistaCodec {
+fn config_producer(jobs: &Jobs) -> ConfigProducer {
+    let jobs = jobs.clone();
+    Arc::new(move || session_config(&jobs))
+}
+
+fn codec(jobs: &Jobs) -> BallistaCodec {
     BallistaCodec::new(
-        Arc::new(IcestageLogicalCodec::default()),
-        Arc::new(IcestagePhysicalCodec::default()),
+        Arc::new(IcestageLogicalCodec::new(jobs.clone())),
+        Arc::new(IcestagePhysicalCodec::new(jobs.clone())),
     )
 }
 
@@ -50,17 +71,17 @@ fn cluster_error(what: &str, error: impl std::fmt::Display) -> Error {
     Error::Config(format!("{what}: {error}"))
 }
 
-/// Runs a scheduler on `bind` until the process ends.
-pub async fn run_scheduler(bind: SocketAddr) -> Result<()> {
+/// Runs a scheduler on `bind`, decoding `jobs`, until the process ends.
+pub async fn run_scheduler(bind: SocketAddr, jobs: Jobs) -> Result<()> {
     let mut config = SchedulerConfig::default()
         .with_hostname(bind.ip().to_string())
         .with_port(bind.port())
         .with_scheduler_policy(TaskSchedulingPolicy::PullStaged)
-        .with_override_config_producer(config_producer())
-        .with_override_session_builder(Arc::new(default_session_builder));
+        .with_override_config_producer(config_producer(&jobs))
+        .with_override_session_builder(Arc::new(session_builder));
     config.bind_host = bind.ip().to_string();
-    config.override_logical_codec = Some(Arc::new(IcestageLogicalCodec::default()));
-    config.override_physical_codec = Some(Arc::new(IcestagePhysicalCodec::default()));
+    config.override_logical_codec = Some(Arc::new(IcestageLogicalCodec::new(jobs.clone())));
+    config.override_physical_codec = Some(Arc::new(IcestagePhysicalCodec::new(jobs)));
     // A lost executor's tasks go to another after this long without a heartbeat.
     config.executor_timeout_seconds = 30;
     let cluster = BallistaCluster::new_from_config(&config)
@@ -84,8 +105,9 @@ pub struct ExecutorOptions {
     pub concurrent_tasks: usize,
 }
 
-/// Runs an executor until the process ends (or the scheduler stops it).
-pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
+/// Runs an executor, decoding `jobs`, until the process ends (or the
+/// scheduler stops it).
+pub async fn run_executor(options: ExecutorOptions, jobs: Jobs) -> Result<()> {
     let (host, port) = options.scheduler.rsplit_once(':').ok_or_else(|| {
         Error::invalid(format!(
             "executor: scheduler '{}' is not HOST:PORT, e.g. 127.0.0.1:50050",
@@ -107,9 +129,9 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         concurrent_tasks: options.concurrent_tasks,
         task_scheduling_policy: TaskSchedulingPolicy::PullStaged,
         work_dir: options.work_dir,
-        override_config_producer: Some(config_producer()),
-        override_logical_codec: Some(Arc::new(IcestageLogicalCodec::default())),
-        override_physical_codec: Some(Arc::new(IcestagePhysicalCodec::default())),
+        override_config_producer: Some(config_producer(&jobs)),
+        override_logical_codec: Some(Arc::new(IcestageLogicalCodec::new(jobs.clone()))),
+        override_physical_codec: Some(Arc::new(IcestagePhysicalCodec::new(jobs))),
         ..Default::default()
     };
     start_executor_process(Arc::new(config))
@@ -119,12 +141,16 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
 
 /// Starts a scheduler and `executors` executors inside this process (each
 /// with its own sessions, codecs and runtime, as separate processes would
-/// have) and returns the cluster's URL, `df://localhost:PORT`.
-pub async fn start_in_process(executors: usize, concurrent_tasks: usize) -> Result<String> {
+/// have), decoding `jobs`, and returns the cluster's URL, `df://localhost:PORT`.
+pub async fn start_in_process(
+    executors: usize,
+    concurrent_tasks: usize,
+    jobs: Jobs,
+) -> Result<String> {
     let address = ballista_scheduler::standalone::new_standalone_scheduler_with_builder(
-        Arc::new(default_session_builder),
-        config_producer(),
-        codec(),
+        Arc::new(session_builder),
+        config_producer(&jobs),
+        codec(&jobs),
     )
     .await
     .map_err(|e| cluster_error("cannot start the in-process scheduler", e))?;
@@ -146,9 +172,9 @@ pub async fn start_in_process(executors: usize, concurrent_tasks: usize) -> Resu
         ballista_executor::new_standalone_executor_from_builder(
             client.clone(),
             concurrent_tasks.max(1),
-            config_producer(),
+            config_producer(&jobs),
             Arc::new(|_| Ok(Arc::new(RuntimeEnvBuilder::new().build()?))),
-            codec(),
+            codec(&jobs),
             BallistaFunctionRegistry::default(),
         )
         .await

@@ -51,6 +51,14 @@ pub(crate) struct Recipe {
     pub(crate) file_io: HashMap<String, String>,
 }
 
+/// Hashed by what names the snapshot (the file-IO properties are a map).
+impl std::hash::Hash for Recipe {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.metadata_location.hash(state);
+        self.snapshot_id.hash(state);
+    }
+}
+
 impl Recipe {
     /// The recipe of `table` at `snapshot_id` (its current snapshot when `None`).
     pub(crate) fn of(table: &Table, snapshot_id: Option<i64>) -> Result<Self> {
@@ -71,9 +79,7 @@ impl Recipe {
 
     /// Opens the table the recipe names, read-only.
     pub(crate) async fn open(&self) -> Result<Table> {
-        let io = FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
-            .with_props(self.file_io.clone())
-            .build();
+        let io = file_io(&self.file_io);
         let ident = TableIdent::new(
             NamespaceIdent::new("cluster".to_string()),
             self.table.clone(),
@@ -111,6 +117,13 @@ impl Recipe {
         });
         Ok(tasks)
     }
+}
+
+/// A file IO from the properties a recipe or job carries.
+pub(crate) fn file_io(properties: &HashMap<String, String>) -> iceberg::io::FileIO {
+    FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
+        .with_props(properties.clone())
+        .build()
 }
 
 /// A table provider for one pinned snapshot that a cluster can plan: the
@@ -301,10 +314,8 @@ async fn read_partition(
             ),
         ))));
     }
-    let mine: Vec<FileScanTask> = tasks
+    let mine: Vec<FileScanTask> = super::job::share(&tasks, partition, partitions)
         .into_iter()
-        .enumerate()
-        .filter(|(i, _)| i % partitions == partition)
         .map(|(_, t)| t)
         .collect();
     // Rows the manifests record for these files (exact when no delete file

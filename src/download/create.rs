@@ -15,7 +15,7 @@ use iceberg::spec::Schema;
 use iceberg::{NamespaceIdent, TableCreation};
 use iceberg_datafusion::IcebergStaticTableProvider;
 
-use super::fill::fill;
+use super::fill::{Fill, fill};
 use super::{
     DOWNLOADS_NAMESPACE, DownloadId, DownloadState, PROP_DOWNLOAD_ID, PROP_HEARTBEAT_AT,
     PROP_LEASE_SECONDS, PROP_QUERY, PROP_SOURCES,
@@ -90,6 +90,8 @@ pub(crate) struct CreateDownload {
     pub(crate) options: DownloadOptions,
     /// The cluster the query runs on (`icestage.cluster`); `None`: here.
     pub(crate) cluster: Option<Cluster>,
+    /// The query as a plan, for the cluster (which plans it itself).
+    pub(crate) plan: Option<LogicalPlan>,
 }
 
 /// A download of `plan`: every Iceberg table it reads pinned to one
@@ -115,6 +117,7 @@ pub(crate) async fn plan_download(
         query,
         sources,
         options,
+        plan: cluster.is_some().then(|| input.clone()),
         cluster,
     };
     Ok((spec, input))
@@ -227,16 +230,16 @@ pub(crate) async fn create_download(
         .create_table(ident.namespace(), creation)
         .await?;
 
+    let source = match (&spec.cluster, &spec.plan) {
+        (Some(cluster), Some(plan)) => Fill::on_cluster(cluster, plan)?,
+        _ => Fill::Here(input),
+    };
     let filling = tokio::spawn(fill(
         Arc::clone(&catalog),
         id.clone(),
-        input,
+        source,
         session,
         options.lease,
-        spec.cluster
-            .as_ref()
-            .map(|c| format!("the query ran on the cluster at {}", c.url()))
-            .unwrap_or_default(),
     ));
     let state = if options.wait {
         let _ = filling.await;

@@ -12,12 +12,14 @@ use std::time::Duration;
 use chrono::Utc;
 use datafusion::execution::TaskContext;
 use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::{Download, DownloadId, DownloadState, PROP_FILES, PROP_HEARTBEAT_AT, PROP_ROWS};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::append_once;
 use crate::catalog::writer::write_partitions;
+use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::session::{PROP_MESSAGE, PROP_STATE, failpoint};
 
@@ -53,35 +55,79 @@ async fn heartbeat(catalog: Arc<IcebergCatalog>, id: DownloadId, lease: Duration
     }
 }
 
-/// Writes every partition of `input` into the download table, one task per
-/// partition, and appends the files in one commit. Returns the row and
+/// Where a download's rows are computed and written.
+pub(crate) enum Fill {
+    /// In this process: every partition of the plan on its own task.
+    Here(Arc<dyn ExecutionPlan>),
+    /// On a cluster: the executors run the query and write the files.
+    #[cfg(feature = "cluster")]
+    Cluster(Cluster, Box<LogicalPlan>),
+}
+
+impl Fill {
+    /// The query `plan` on `cluster`.
+    pub(crate) fn on_cluster(cluster: &Cluster, plan: &LogicalPlan) -> Result<Self> {
+        #[cfg(feature = "cluster")]
+        return Ok(Self::Cluster(cluster.clone(), Box::new(plan.clone())));
+        #[cfg(not(feature = "cluster"))]
+        {
+            let _ = plan;
+            Err(crate::error::Error::NotSupported(format!(
+                "cluster {} needs the 'cluster' feature",
+                cluster.url()
+            )))
+        }
+    }
+
+    /// What the download's status says once it is ready.
+    fn ready_message(&self) -> String {
+        match self {
+            Self::Here(_) => String::new(),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(cluster, _) => format!(
+                "the query ran and its files were written on the cluster at {}",
+                cluster.url()
+            ),
+        }
+    }
+}
+
+/// Writes the download's rows into its table (in this process: one task
+/// per partition) and appends the files in one commit. Returns the row and
 /// file counts.
 async fn write(
     catalog: &IcebergCatalog,
     id: &DownloadId,
-    input: Arc<dyn ExecutionPlan>,
+    source: Fill,
     task: Arc<TaskContext>,
 ) -> Result<(u64, usize)> {
     let table = catalog.catalog().load_table(&id.table()).await?;
-    let files = write_partitions(&table, &format!("icestage-download-{id}"), input, task).await?;
+    let prefix = format!("icestage-download-{id}");
+    let files = match source {
+        Fill::Here(input) => write_partitions(&table, &prefix, input, task).await?,
+        #[cfg(feature = "cluster")]
+        Fill::Cluster(cluster, query) => {
+            let ctx = cluster.context().await?;
+            crate::cluster::write_on_cluster(&ctx, &table, &prefix, *query).await?
+        }
+    };
     let counts = (files.iter().map(|f| f.record_count()).sum(), files.len());
     append_once(catalog, &table, files, SNAPSHOT_DOWNLOAD_ID, id.as_str()).await?;
     Ok(counts)
 }
 
-/// Runs `input` into the download table and records the outcome
-/// (`ready_message` when it is ready).
+/// Runs `source` into the download table and records the outcome.
 pub(crate) async fn fill(
     catalog: Arc<IcebergCatalog>,
     id: DownloadId,
-    input: Arc<dyn ExecutionPlan>,
+    source: Fill,
     session: Arc<SessionState>,
     lease: Duration,
-    ready_message: String,
 ) {
+    let ready_message = source.ready_message();
     let beating = tokio::spawn(heartbeat(Arc::clone(&catalog), id.clone(), lease));
     failpoint("download.fill");
-    let written = write(&catalog, &id, input, session.task_ctx()).await;
+    let written = write(&catalog, &id, source, session.task_ctx()).await;
     beating.abort();
     let Some(mut download) = load(&catalog, &id).await else {
         // Dropped while it was being filled.

@@ -36,6 +36,7 @@ use crate::catalog::commit::{append_once_guarded, snapshot_with};
 use crate::catalog::insert::append_rows;
 use crate::catalog::scoped::LoadCheck;
 use crate::catalog::writer::write_rows;
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::rows::{Value, result_row};
 use crate::session::CommandContext;
@@ -392,7 +393,7 @@ fn sql_type(data_type: &DataType) -> Result<String> {
 }
 
 /// Writes the rows of `source` as data files of `target`.
-async fn copy_file(
+pub(super) async fn copy_file(
     target: &Table,
     source: Arc<Source>,
     file_prefix: &str,
@@ -426,17 +427,10 @@ pub(crate) async fn copy_into(
         options,
         &HashMap::new(),
         ctx.progress(),
+        crate::cluster::of_options(&ctx.options)?.as_ref(),
     )
     .await?;
-    let mut report = run.report;
-    if let Some(cluster) = crate::cluster::of_options(&ctx.options)? {
-        report.message.push_str(&format!(
-            "; ran here, not on the cluster at {}: COPY INTO reads its files in this process \
-             (icestage.cluster runs PROMOTE's rule scans and CREATE DOWNLOAD's query)",
-            cluster.url()
-        ));
-    }
-    Ok(report)
+    Ok(run.report)
 }
 
 /// A file `COPY INTO` (with `on_error = 'skip_file'`) left out.
@@ -462,7 +456,8 @@ const NAMED_FAILURES: usize = 5;
 
 /// Loads `files` (found under `access`, all of `format`) into `ident`: the
 /// files not loaded before, leaving out those in `failed_before` that did
-/// not change since they failed.
+/// not change since they failed. With a `cluster`, its executors read and
+/// write the files; the log and the commit stay here.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn copy_files(
     catalog: &IcebergCatalog,
@@ -473,6 +468,7 @@ pub(crate) async fn copy_files(
     options: &SourceOptions,
     failed_before: &HashMap<String, Loaded>,
     progress: Arc<dyn crate::progress::Progress>,
+    cluster: Option<&Cluster>,
 ) -> Result<CopyRun> {
     let existing = match catalog.catalog().load_table(ident).await {
         Ok(table) => Some(table),
@@ -518,7 +514,7 @@ pub(crate) async fn copy_files(
         snapshot_id: None,
         table_created: false,
         message: format!("nothing new to load into {name}{changed_note}"),
-        ran_on: crate::cluster::LOCAL.to_string(),
+        ran_on: crate::cluster::ran_on(cluster),
     };
     if to_load.is_empty() {
         return Ok(CopyRun {
@@ -567,39 +563,11 @@ pub(crate) async fn copy_files(
         }
     };
     let copy_id = uuid::Uuid::new_v4().to_string();
-    // Files are read and written on their own tasks, as many at once as
-    // there are cores; each streams, so memory grows with that count only.
-    let parallel = std::thread::available_parallelism().map_or(1, usize::from);
     let skip = opened.as_ref().map_or(0, |(n, _)| *n);
-    let mut copies = futures::stream::iter(to_load.iter().cloned().enumerate().skip(skip))
-        .map(|(n, file)| {
-            let ready = opened
-                .as_ref()
-                .filter(|(first, _)| *first == n)
-                .map(|(_, source)| Arc::clone(source));
-            let (access, target, options) = (access.clone(), target.clone(), options.clone());
-            let prefix = format!("icestage-copy-{copy_id}-{n:05}");
-            tokio::spawn(async move {
-                let written = async {
-                    let source = match ready {
-                        Some(source) => source,
-                        None => Arc::new(
-                            Source::of_files(access, vec![file.clone()], format, &options).await?,
-                        ),
-                    };
-                    copy_file(&target, source, &prefix).await
-                }
-                .await;
-                (file, written)
-            })
-        })
-        .buffered(parallel);
     let mut data_files = vec![];
     let mut rows = 0i64;
     let mut done = vec![];
-    while let Some(copied) = copies.next().await {
-        let (file, written) =
-            copied.map_err(|e| Error::from(DataFusionError::ExecutionJoin(Box::new(e))))?;
+    let mut record = |file: SourceFile, written: Result<Vec<DataFile>>| -> Result<()> {
         progress.advance(1, file.meta.size);
         match written {
             Ok(written) => {
@@ -609,6 +577,64 @@ pub(crate) async fn copy_files(
             }
             Err(e) if skip_failed => failed.push(fail(&file, e)),
             Err(e) => return Err(e),
+        }
+        Ok(())
+    };
+    match cluster {
+        #[cfg(feature = "cluster")]
+        Some(cluster) => {
+            let numbered = to_load.iter().cloned().enumerate().skip(skip).collect();
+            let prefix = format!("icestage-copy-{copy_id}");
+            let copied = super::distribute::copy_on_cluster(
+                cluster, access, options, format, &target, &prefix, numbered,
+            )
+            .await?;
+            for (file, written) in copied {
+                record(file, written)?;
+            }
+        }
+        #[cfg(not(feature = "cluster"))]
+        Some(cluster) => {
+            return Err(Error::NotSupported(format!(
+                "cluster {} needs the 'cluster' feature",
+                cluster.url()
+            )));
+        }
+        None => {
+            // Files are read and written on their own tasks, as many at once
+            // as there are cores; each streams, so memory grows with that
+            // count only.
+            let parallel = std::thread::available_parallelism().map_or(1, usize::from);
+            let mut copies = futures::stream::iter(to_load.iter().cloned().enumerate().skip(skip))
+                .map(|(n, file)| {
+                    let ready = opened
+                        .as_ref()
+                        .filter(|(first, _)| *first == n)
+                        .map(|(_, source)| Arc::clone(source));
+                    let (access, target, options) =
+                        (access.clone(), target.clone(), options.clone());
+                    let prefix = format!("icestage-copy-{copy_id}-{n:05}");
+                    tokio::spawn(async move {
+                        let written = async {
+                            let source = match ready {
+                                Some(source) => source,
+                                None => Arc::new(
+                                    Source::of_files(access, vec![file.clone()], format, &options)
+                                        .await?,
+                                ),
+                            };
+                            copy_file(&target, source, &prefix).await
+                        }
+                        .await;
+                        (file, written)
+                    })
+                })
+                .buffered(parallel);
+            while let Some(copied) = copies.next().await {
+                let (file, written) =
+                    copied.map_err(|e| Error::from(DataFusionError::ExecutionJoin(Box::new(e))))?;
+                record(file, written)?;
+            }
         }
     }
     report.files_failed = failed.len() as i64;
@@ -718,8 +744,7 @@ result_row! {
         pub table_created: bool,
         /// What happened, in words.
         pub message: String,
-        /// Where the files were read and written: `local` (COPY INTO runs
-        /// in this process, whatever `icestage.cluster` says).
+        /// Where the files were read and written: `local`, or the cluster's URL.
         pub ran_on: String,
     }
 }

@@ -9,6 +9,8 @@
 
 pub(crate) mod codec;
 pub(crate) mod copy_into;
+#[cfg(feature = "cluster")]
+pub(crate) mod distribute;
 pub(crate) mod functions;
 pub(crate) mod options;
 pub(crate) mod read;

@@ -203,6 +203,47 @@ fn parse_bool(name: &str, value: &str) -> Result<bool> {
 }
 
 impl SourceOptions {
+    /// The options that decide how a file is opened and read, as the pairs
+    /// [`SourceOptions::from_pairs`] reads back (with [`READ_OPTIONS`]):
+    /// what a cluster's executor needs to read the same file the same way.
+    /// Secrets are in the clear: the pairs travel inside the cluster only.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn reading_pairs(&self) -> Vec<(String, String)> {
+        let mut pairs = vec![];
+        let mut put = |name: &str, value: Option<String>| {
+            if let Some(value) = value {
+                pairs.push((name.to_string(), value));
+            }
+        };
+        put("format", self.format.map(|f| f.to_string()));
+        put("header", self.header.map(|h| h.to_string()));
+        put(
+            "delimiter",
+            self.delimiter.map(|d| match d {
+                b'\t' => "\\t".to_string(),
+                d => (d as char).to_string(),
+            }),
+        );
+        put("schema", self.schema.clone());
+        put("region", self.region.clone());
+        put("endpoint", self.endpoint.clone());
+        put("sts_endpoint", self.sts_endpoint.clone());
+        put("access_key_id", self.access_key_id.clone());
+        put(
+            "secret_access_key",
+            self.secret_access_key
+                .as_ref()
+                .map(|s| s.expose().to_string()),
+        );
+        put(
+            "session_token",
+            self.session_token.as_ref().map(|s| s.expose().to_string()),
+        );
+        put("role_arn", self.role_arn.clone());
+        put("external_id", self.external_id.clone());
+        pairs
+    }
+
     /// Reads `name = value` pairs; `accepted` lists the names `what` takes.
     pub(crate) fn from_pairs(
         what: &str,
@@ -296,6 +337,26 @@ mod tests {
         assert_eq!(classify("f.avro"), (Some(Format::Avro), Compression::None));
         assert_eq!(classify("g.xz"), (None, Compression::Xz));
         assert_eq!(classify("README"), (None, Compression::None));
+    }
+
+    #[test]
+    fn reading_options_round_trip_through_pairs() {
+        let pairs: Vec<(String, String)> = [
+            ("format", "csv"),
+            ("header", "false"),
+            ("delimiter", "\\t"),
+            ("region", "eu-west-1"),
+            ("access_key_id", "AKIA"),
+            ("secret_access_key", "s3cr3t"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let options = SourceOptions::from_pairs("x", &pairs, READ_OPTIONS).unwrap();
+        let again = SourceOptions::from_pairs("x", &options.reading_pairs(), READ_OPTIONS).unwrap();
+        assert_eq!(again.reading_pairs(), options.reading_pairs());
+        assert_eq!(again.delimiter, Some(b'\t'));
+        assert_eq!(again.secret_access_key.unwrap().expose(), "s3cr3t");
     }
 
     #[test]

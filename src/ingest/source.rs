@@ -80,6 +80,9 @@ pub(crate) struct Access {
     pub(crate) store_url: Url,
     /// Who icestage is when it reads (for error messages).
     pub(crate) identity: String,
+    /// The URI it was opened for (a cluster's executors open it again).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) uri: String,
     pub(crate) sdk: Option<SdkConfig>,
 }
 
@@ -194,6 +197,7 @@ impl Access {
         let location = Location::parse(uri)?;
         match &location {
             Location::Local { path } => Ok(Self {
+                uri: uri.to_string(),
                 store: Arc::new(LocalFileSystem::new()),
                 store_url: Url::parse("file:///").expect("valid"),
                 identity: format!("the local user of {}", path.display()),
@@ -232,6 +236,7 @@ impl Access {
                         .with_virtual_hosted_style_request(false);
                 }
                 Ok(Self {
+                    uri: uri.to_string(),
                     store: Arc::new(builder.build().map_err(|e| Error::invalid(e.to_string()))?),
                     store_url,
                     identity,
@@ -627,6 +632,7 @@ mod tests {
             store: Arc::new(LocalFileSystem::new()),
             store_url: Url::parse("s3://private").unwrap(),
             identity: "access key AKIAREADER".into(),
+            uri: "s3://private/in/".into(),
             sdk: None,
         };
         let error = access.storage_error(object_store::Error::PermissionDenied {

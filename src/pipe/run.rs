@@ -362,6 +362,7 @@ async fn load_new(catalog: &IcebergCatalog, pipe: &Pipe, started: DateTime<Utc>)
         &options,
         &pipe.failed_before(),
         Arc::new(NoProgress),
+        None,
     )
     .await?;
     Ok(Found {

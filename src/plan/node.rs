@@ -206,7 +206,7 @@ impl ExtensionPlanner for CommandPlanner {
         &self,
         _planner: &dyn PhysicalPlanner,
         node: &dyn UserDefinedLogicalNode,
-        logical_inputs: &[&LogicalPlan],
+        _logical_inputs: &[&LogicalPlan],
         physical_inputs: &[Arc<dyn ExecutionPlan>],
         session_state: &SessionState,
     ) -> DFResult<Option<Arc<dyn ExecutionPlan>>> {
@@ -214,19 +214,6 @@ impl ExtensionPlanner for CommandPlanner {
             return Ok(None);
         };
         let input = physical_inputs.first().cloned();
-        // A download's query on a cluster: the executors scan, the rows
-        // stream back here to be written and committed.
-        #[cfg(feature = "cluster")]
-        let input = match (node.command.as_ref(), logical_inputs.first()) {
-            (Command::CreateDownload(spec), Some(query)) if spec.cluster.is_some() => {
-                let cluster = spec.cluster.as_ref().expect("checked");
-                let remote = cluster.context().await?;
-                Some(remote.state().create_physical_plan(query).await?)
-            }
-            _ => input,
-        };
-        #[cfg(not(feature = "cluster"))]
-        let _ = logical_inputs;
         let session = input.is_some().then(|| Arc::new(session_state.clone()));
         Ok(Some(Arc::new(CommandExec::new(
             Arc::clone(&node.command),

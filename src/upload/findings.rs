@@ -21,7 +21,7 @@ use crate::rows::Value;
 pub const FINDINGS_TABLE_PREFIX: &str = "findings_";
 
 /// One rule violation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Finding {
     /// The rule's name (`schema`, `not_null`, or a constraint name).
     pub(crate) rule: String,

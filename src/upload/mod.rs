@@ -16,6 +16,8 @@ pub(crate) mod abort;
 pub(crate) mod access;
 pub(crate) mod confine;
 pub(crate) mod create;
+#[cfg(feature = "cluster")]
+pub(crate) mod distribute;
 pub(crate) mod drift;
 pub(crate) mod enforce;
 pub(crate) mod findings;

@@ -17,7 +17,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::common::DFSchema;
 use datafusion::prelude::SessionContext;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
@@ -26,6 +25,7 @@ use super::drift::{Matching, inspect_metadata, required_nulls};
 use super::enforce::{evaluate_checks, evaluate_unique};
 use super::findings::Finding;
 use super::promote::load_target;
+use super::verify::Reader;
 use super::{Staging, UploadId, find_staging};
 use crate::catalog::Icestage;
 use crate::catalog::commit::summary_count;
@@ -169,7 +169,16 @@ pub(crate) async fn validate(
         && !validation.reasons.is_empty()
         && !validation.files.is_empty()
     {
-        verify_bytes(staging, target, &[], vec![], false, &mut validation).await?;
+        verify_bytes(
+            staging,
+            target,
+            &[],
+            vec![],
+            false,
+            cluster,
+            &mut validation,
+        )
+        .await?;
         return Ok(validation);
     }
     // Rules read the staging data by column name; with a drifted schema the
@@ -206,6 +215,7 @@ pub(crate) async fn validate(
                 &checks,
                 key.unwrap_or_default(),
                 copy_first,
+                cluster,
                 &mut validation,
             )
             .await?;
@@ -239,36 +249,54 @@ async fn verify_bytes(
     checks: &[PlannedCheck],
     key: Vec<String>,
     copy_first: bool,
+    cluster: Option<&Cluster>,
     validation: &mut Validation,
 ) -> Result<()> {
-    let arrow = iceberg::arrow::schema_to_arrow_schema(target.metadata().current_schema())?;
-    let schema = DFSchema::try_from(arrow)?;
-    let ctx = SessionContext::new();
-    let compiled = checks
+    let checks: Vec<(String, String)> = checks
         .iter()
-        .map(|c| {
-            let expr = ctx.parse_sql_expr(&c.predicate, &schema)?;
-            Ok(super::verify::Check::new(
-                c.name.clone(),
-                c.predicate.clone(),
-                ctx.create_physical_expr(expr, &schema)?,
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
+        .map(|c| (c.name.clone(), c.predicate.clone()))
+        .collect();
+    let matching = Matching::for_staging(staging);
+    let staging_schema = staging.table.metadata().current_schema();
     let plan = Arc::new(super::verify::Plan::new(
         target,
-        staging.table.metadata().current_schema(),
-        Matching::for_staging(staging),
-        compiled,
-        key,
+        staging_schema,
+        matching,
+        super::verify::compile_checks(target, &checks)?,
+        key.clone(),
     )?);
+    let reader = match cluster {
+        None => Reader::Here,
+        #[cfg(feature = "cluster")]
+        Some(cluster) => {
+            // The proof's reads run on the cluster; the plan travels as a recipe.
+            validation.cluster = Some(cluster.clone());
+            Reader::Cluster(
+                cluster.clone(),
+                Box::new(super::distribute::PlanRecipe::new(
+                    target,
+                    staging_schema,
+                    matching,
+                    checks,
+                    key,
+                )?),
+            )
+        }
+        #[cfg(not(feature = "cluster"))]
+        Some(cluster) => {
+            return Err(crate::error::Error::NotSupported(format!(
+                "cluster {} needs the 'cluster' feature",
+                cluster.url()
+            )));
+        }
+    };
     let (io, files) = if copy_first {
         let copies = super::transfer::copy_files(staging, target, &validation.files).await?;
         (target.file_io().clone(), copies)
     } else {
         (staging.table.file_io().clone(), validation.files.clone())
     };
-    let verified = super::verify::verify(&io, &files, Arc::clone(&plan)).await;
+    let verified = super::verify::verify(&io, &files, Arc::clone(&plan), &reader).await;
     let verified = match verified {
         Ok(v) if v.reasons.is_empty() && v.violations.values().all(|n| *n == 0) => v,
         other => {

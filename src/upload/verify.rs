@@ -83,6 +83,24 @@ impl Check {
     }
 }
 
+/// The CHECK rules (name, predicate) compiled against `target`'s columns.
+pub(crate) fn compile_checks(target: &Table, checks: &[(String, String)]) -> Result<Vec<Check>> {
+    let arrow = schema_to_arrow_schema(target.metadata().current_schema())?;
+    let schema = datafusion::common::DFSchema::try_from(arrow)?;
+    let ctx = datafusion::prelude::SessionContext::new();
+    checks
+        .iter()
+        .map(|(name, predicate)| {
+            let expr = ctx.parse_sql_expr(predicate, &schema)?;
+            Ok(Check::new(
+                name.clone(),
+                predicate.clone(),
+                ctx.create_physical_expr(expr, &schema)?,
+            ))
+        })
+        .collect()
+}
+
 /// What to read and prove, shared by every chunk.
 pub(crate) struct Plan {
     /// The target's schema; batches are conformed to it.
@@ -96,6 +114,9 @@ pub(crate) struct Plan {
     pub(crate) splitter: Option<Arc<RecordBatchPartitionSplitter>>,
     /// The target's default partition spec id.
     pub(crate) spec_id: i32,
+    /// Its partition type, when it is partitioned.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) partition_type: Option<iceberg::spec::StructType>,
     /// The CHECK rules, compiled against the conformed batch.
     pub(crate) checks: Vec<Check>,
     /// Columns that identify a row in findings (the first UNIQUE key).
@@ -144,12 +165,18 @@ impl Plan {
                 )?,
             ))
         };
+        let partition_type = if spec.is_unpartitioned() {
+            None
+        } else {
+            Some(spec.partition_type(&schema)?)
+        };
         Ok(Self {
             target: schema,
             arrow,
             staged_ids,
             splitter,
             spec_id: metadata.default_partition_spec_id(),
+            partition_type,
             checks,
             key,
         })
@@ -157,8 +184,8 @@ impl Plan {
 }
 
 /// Metrics of one column, accumulated over the rows read.
-#[derive(Debug, Default, Clone)]
-struct ColumnMetrics {
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct ColumnMetrics {
     values: u64,
     nulls: u64,
     lower: Option<Datum>,
@@ -342,12 +369,14 @@ fn string_bounds<O: datafusion::arrow::array::OffsetSizeTrait>(
 }
 
 /// What reading one chunk (or a whole file, merged) proved.
-#[derive(Debug, Default)]
-struct Read {
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct Read {
     rows: u64,
     /// Per target field id.
     columns: HashMap<i32, ColumnMetrics>,
-    /// The partition of the rows, when the spec is partitioned.
+    /// The partition of the rows, when the spec is partitioned (travels
+    /// apart, as JSON of the partition type: see [`Read::partition_json`]).
+    #[serde(skip)]
     partition: Option<Struct>,
     /// Violations per CHECK rule, all counted.
     violations: HashMap<String, u64>,
@@ -357,6 +386,38 @@ struct Read {
 }
 
 impl Read {
+    /// The partition as Iceberg's JSON of `plan`'s partition type.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(super) fn partition_json(&self, plan: &Plan) -> Result<Option<serde_json::Value>> {
+        match (&self.partition, &plan.partition_type) {
+            (Some(partition), Some(kind)) => Ok(Some(
+                iceberg::spec::Literal::Struct(partition.clone())
+                    .try_into_json(&Type::Struct(kind.clone()))?,
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    /// Sets the partition from [`Read::partition_json`]'s form.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(super) fn set_partition_json(
+        &mut self,
+        json: Option<serde_json::Value>,
+        plan: &Plan,
+    ) -> Result<()> {
+        if let (Some(json), Some(kind)) = (json, &plan.partition_type) {
+            match iceberg::spec::Literal::try_from_json(json, &Type::Struct(kind.clone()))? {
+                Some(iceberg::spec::Literal::Struct(partition)) => self.partition = Some(partition),
+                _ => {
+                    return Err(Error::invalid(
+                        "a verification task answered a partition that is not a struct",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn merge(&mut self, other: Read, file: &str) {
         self.rows += other.rows;
         for (id, metrics) in other.columns {
@@ -410,7 +471,7 @@ fn short(path: &str) -> &str {
 }
 
 /// Reads the footer of `path`: its actual size and the Arrow view of it.
-async fn open(io: &FileIO, path: &str) -> Result<(u64, ArrowReaderMetadata)> {
+pub(super) async fn open(io: &FileIO, path: &str) -> Result<(u64, ArrowReaderMetadata)> {
     let input = io.new_input(path)?;
     let meta = input.metadata().await?;
     let size = meta.size;
@@ -603,7 +664,7 @@ fn conform(columns: &[ArrayRef], plan: &Plan) -> Result<RecordBatch> {
 }
 
 /// Reads row groups `groups` of `path` (first row at `first_row`).
-async fn read_chunk(
+pub(super) async fn read_chunk(
     io: FileIO,
     path: String,
     footer: ArrowReaderMetadata,
@@ -710,7 +771,12 @@ fn evaluate(
 /// Reads every file of `files` (paths under `io`), proving what the module
 /// documentation lists. `claimed` gives, per file, the partition the
 /// client's manifest says it holds.
-pub(crate) async fn verify(io: &FileIO, files: &[DataFile], plan: Arc<Plan>) -> Result<Verified> {
+pub(crate) async fn verify(
+    io: &FileIO,
+    files: &[DataFile],
+    plan: Arc<Plan>,
+    reader: &Reader,
+) -> Result<Verified> {
     let parallelism = std::thread::available_parallelism().map_or(2, |n| n.get());
     // Footers first (small reads), then the row-group chunks on all cores.
     let paths: Vec<(FileIO, String)> = files
@@ -743,22 +809,13 @@ pub(crate) async fn verify(io: &FileIO, files: &[DataFile], plan: Arc<Plan>) -> 
     if !verified.reasons.is_empty() {
         return Ok(verified);
     }
-    let reads: Vec<(usize, Read)> = futures::stream::iter(chunks)
-        .map(|(index, groups, first_row)| {
-            let (io, plan) = (io.clone(), Arc::clone(&plan));
-            let path = files[index].file_path().to_string();
-            let footer = footers[index].1.clone();
-            async move {
-                tokio::spawn(read_chunk(io, path, footer, groups, first_row, plan))
-                    .await
-                    .map_err(|e| Error::invalid(format!("internal: a verification task: {e}")))?
-                    .map(|read| (index, read))
-            }
-        })
-        // Twice the cores: a chunk waiting on a read leaves its core to another.
-        .buffer_unordered(parallelism * 2)
-        .try_collect()
-        .await?;
+    let reads: Vec<(usize, Read)> = match reader {
+        Reader::Here => read_here(io, files, &footers, chunks, &plan).await?,
+        #[cfg(feature = "cluster")]
+        Reader::Cluster(cluster, recipe) => {
+            super::distribute::read_chunks(cluster, recipe, io, files, &chunks, &plan).await?
+        }
+    };
     let mut per_file: Vec<Read> = files.iter().map(|_| Read::default()).collect();
     for (index, read) in reads {
         per_file[index].merge(read, files[index].file_path());
@@ -799,6 +856,45 @@ pub(crate) async fn verify(io: &FileIO, files: &[DataFile], plan: Arc<Plan>) -> 
         *n <= FINDINGS_PER_RULE
     });
     Ok(verified)
+}
+
+/// Where verification reads the staged files' chunks.
+pub(crate) enum Reader {
+    /// On this process's cores.
+    Here,
+    /// On a cluster: the plan as a recipe each executor rebuilds.
+    #[cfg(feature = "cluster")]
+    Cluster(crate::cluster::Cluster, Box<super::distribute::PlanRecipe>),
+}
+
+/// A chunk: the file's index, its row groups, the position of its first row.
+pub(super) type Chunk = (usize, Vec<usize>, i64);
+
+/// Reads `chunks` on this process's cores.
+async fn read_here(
+    io: &FileIO,
+    files: &[DataFile],
+    footers: &[(u64, ArrowReaderMetadata)],
+    chunks: Vec<Chunk>,
+    plan: &Arc<Plan>,
+) -> Result<Vec<(usize, Read)>> {
+    let parallelism = std::thread::available_parallelism().map_or(2, |n| n.get());
+    futures::stream::iter(chunks)
+        .map(|(index, groups, first_row)| {
+            let (io, plan) = (io.clone(), Arc::clone(plan));
+            let path = files[index].file_path().to_string();
+            let footer = footers[index].1.clone();
+            async move {
+                tokio::spawn(read_chunk(io, path, footer, groups, first_row, plan))
+                    .await
+                    .map_err(|e| Error::invalid(format!("internal: a verification task: {e}")))?
+                    .map(|read| (index, read))
+            }
+        })
+        // Twice the cores: a chunk waiting on a read leaves its core to another.
+        .buffer_unordered(parallelism * 2)
+        .try_collect()
+        .await
 }
 
 /// The data file the target registers for `path`: metrics from `read`.

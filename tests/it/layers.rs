@@ -32,6 +32,7 @@ const LAYERS: &[&str] = &[
     "functions",
     "context",
     "service",
+    "processes",
 ];
 
 /// The `crate::<module>` names in `text`, test modules left out.

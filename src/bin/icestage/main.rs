@@ -160,7 +160,7 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
         Some(Subcommand::Scheduler { bind }) => {
             log_tasks();
             eprintln!("icestage scheduler listening on {bind}");
-            icestage::cluster::run_scheduler(*bind).await?;
+            icestage::processes::run_scheduler(*bind).await?;
             return Ok(ExitCode::SUCCESS);
         }
         #[cfg(feature = "cluster")]
@@ -172,7 +172,7 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
         }) => {
             log_tasks();
             eprintln!("icestage executor on {bind}, scheduler {scheduler}");
-            icestage::cluster::run_executor(icestage::cluster::ExecutorOptions {
+            icestage::processes::run_executor(icestage::processes::ExecutorOptions {
                 scheduler: scheduler.clone(),
                 bind: *bind,
                 work_dir: work_dir.as_ref().map(|d| d.display().to_string()),

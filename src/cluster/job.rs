@@ -1,0 +1,226 @@
+//! Work that is not a query, sent to the executors as a table: a [`Job`]
+//! has a fixed number of partitions, each answering rows of JSON. The
+//! layers above define jobs (verifying an upload's files); this module only
+//! carries them, so a job travels as its kind and its own bytes, and the
+//! processes that decode it are given the decoders ([`Jobs`]) when they start.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{AsArray, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::Session;
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::Result as DFResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::future::BoxFuture;
+
+use crate::error::{Error, Result};
+
+/// The one column a job answers.
+const RESULT: &str = "result";
+
+static OUTPUT: LazyLock<SchemaRef> =
+    LazyLock::new(|| Arc::new(Schema::new(vec![Field::new(RESULT, DataType::Utf8, false)])));
+
+/// Work split into partitions that executors run independently.
+pub trait Job: fmt::Debug + Send + Sync {
+    /// The name its decoder is registered under.
+    fn kind(&self) -> &'static str;
+    /// Everything an executor needs to run it.
+    fn encode(&self) -> Result<Vec<u8>>;
+    /// How many partitions it has.
+    fn partitions(&self) -> usize;
+    /// Runs one partition; each string becomes a row.
+    fn run(&self, partition: usize) -> BoxFuture<'static, Result<Vec<String>>>;
+}
+
+/// Turns a job's bytes back into the job.
+pub type JobDecoder = fn(&[u8]) -> Result<Arc<dyn Job>>;
+
+/// The decoders a scheduler or executor knows, by kind.
+#[derive(Clone, Default)]
+pub struct Jobs(Vec<(&'static str, JobDecoder)>);
+
+impl fmt::Debug for Jobs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, _)| k))
+            .finish()
+    }
+}
+
+impl Jobs {
+    /// Adds the decoder of `kind`.
+    pub fn with(mut self, kind: &'static str, decoder: JobDecoder) -> Self {
+        self.0.push((kind, decoder));
+        self
+    }
+
+    /// `kind: bytes` back into a job.
+    pub(crate) fn decode(&self, kind: &str, bytes: &[u8]) -> Result<Arc<dyn Job>> {
+        let (_, decoder) = self.0.iter().find(|(k, _)| *k == kind).ok_or_else(|| {
+            Error::invalid(format!(
+                "this process cannot run icestage job '{kind}': scheduler, executors and client \
+                 must be the same icestage build"
+            ))
+        })?;
+        decoder(bytes)
+    }
+}
+
+/// A job's bytes: its message as JSON.
+pub(crate) fn encode_message(message: &impl serde::Serialize) -> Result<Vec<u8>> {
+    serde_json::to_vec(message).map_err(|e| Error::invalid(format!("internal: {e}")))
+}
+
+/// A job's message back from [`encode_message`]'s bytes.
+pub(crate) fn decode_message<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: &str,
+) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        Error::invalid(format!(
+            "cannot decode {what} ({e}): scheduler, executors and client must be the same \
+             icestage build"
+        ))
+    })
+}
+
+/// The share of `items` partition `partition` of `partitions` takes: every
+/// `partitions`-th, with its index.
+pub(crate) fn share<T: Clone>(items: &[T], partition: usize, partitions: usize) -> Vec<(usize, T)> {
+    items
+        .iter()
+        .cloned()
+        .enumerate()
+        .filter(|(k, _)| k % partitions.max(1) == partition)
+        .collect()
+}
+
+/// A job as a table the cluster can plan.
+#[derive(Debug)]
+pub(crate) struct JobTable(pub(crate) Arc<dyn Job>);
+
+#[async_trait]
+impl TableProvider for JobTable {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&OUTPUT)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(JobExec::new(Arc::clone(&self.0))))
+    }
+}
+
+/// A job's partitions as an execution plan.
+#[derive(Debug)]
+pub(crate) struct JobExec {
+    pub(crate) job: Arc<dyn Job>,
+    properties: Arc<PlanProperties>,
+}
+
+impl JobExec {
+    pub(crate) fn new(job: Arc<dyn Job>) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&OUTPUT)),
+            Partitioning::UnknownPartitioning(job.partitions().max(1)),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Self { job, properties }
+    }
+}
+
+impl DisplayAs for JobExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "IcestageJobExec: kind={} partitions={}",
+            self.job.kind(),
+            self.job.partitions()
+        )
+    }
+}
+
+impl ExecutionPlan for JobExec {
+    fn name(&self) -> &str {
+        "IcestageJobExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        let run = self.job.run(partition);
+        let rows = futures::stream::once(async move {
+            let rows = run.await?;
+            Ok(RecordBatch::try_new(
+                Arc::clone(&OUTPUT),
+                vec![Arc::new(StringArray::from(rows))],
+            )?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&OUTPUT),
+            rows,
+        )))
+    }
+}
+
+/// Runs `job` on the cluster session `ctx`; returns every partition's rows.
+pub(crate) async fn run_job(
+    ctx: &datafusion::prelude::SessionContext,
+    job: Arc<dyn Job>,
+) -> Result<Vec<String>> {
+    let batches = ctx.read_table(Arc::new(JobTable(job)))?.collect().await?;
+    let mut rows = vec![];
+    for batch in &batches {
+        if let Some(column) = batch.column_by_name(RESULT) {
+            rows.extend(column.as_string::<i32>().iter().flatten().map(String::from));
+        }
+    }
+    Ok(rows)
+}

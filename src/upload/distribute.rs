@@ -1,0 +1,214 @@
+//! Verification's chunks on a cluster: the same proof ([`super::verify`]),
+//! read by executors. The coordinator reads the footers (small), checks
+//! them, and sends a job holding the plan as a recipe (the target's
+//! metadata file, the staging schema, the CHECK rules as SQL) and the
+//! chunks (file, row groups, first row); each executor rebuilds the plan,
+//! reads its share of the chunks and answers what it proved, which the
+//! coordinator merges exactly as it merges its own reads.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use iceberg::io::FileIO;
+use iceberg::spec::{DataFile, Schema};
+use iceberg::table::Table;
+use serde::{Deserialize, Serialize};
+
+use super::drift::Matching;
+use super::verify::{Chunk, Plan, Read, compile_checks, open, read_chunk};
+use crate::cluster::{Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_job, share};
+use crate::error::{Error, Result};
+
+/// The job's kind, as decoders know it.
+const KIND: &str = "upload.verify";
+/// Partitions a verification is split into (each reads every n-th chunk).
+const PARTITIONS: usize = 8;
+
+/// A verification plan as it travels: what [`Plan::new`] is built from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct PlanRecipe {
+    target: Recipe,
+    staging: Schema,
+    by_name: bool,
+    /// CHECK rules: name and predicate.
+    checks: Vec<(String, String)>,
+    key: Vec<String>,
+}
+
+impl PlanRecipe {
+    pub(crate) fn new(
+        target: &Table,
+        staging: &Schema,
+        matching: Matching,
+        checks: Vec<(String, String)>,
+        key: Vec<String>,
+    ) -> Result<Self> {
+        Ok(Self {
+            target: Recipe::of(target, None)?,
+            staging: staging.clone(),
+            by_name: matching == Matching::ByName,
+            checks,
+            key,
+        })
+    }
+
+    async fn build(&self) -> Result<Plan> {
+        let target = self.target.open().await?;
+        let matching = if self.by_name {
+            Matching::ByName
+        } else {
+            Matching::ById
+        };
+        Plan::new(
+            &target,
+            &self.staging,
+            matching,
+            compile_checks(&target, &self.checks)?,
+            self.key.clone(),
+        )
+    }
+}
+
+/// A chunk as it travels: the file's path, its row groups, its first row.
+type StagedChunk = (String, Vec<usize>, i64);
+
+/// Reading some chunks of an upload's files.
+#[derive(Debug, Serialize, Deserialize)]
+struct VerifyJob {
+    plan: PlanRecipe,
+    /// The file IO's properties for the staged files.
+    io: HashMap<String, String>,
+    chunks: Vec<StagedChunk>,
+    partitions: usize,
+}
+
+/// One chunk's proof as it travels back.
+#[derive(Serialize, Deserialize)]
+struct ChunkRead {
+    chunk: usize,
+    partition: Option<serde_json::Value>,
+    read: Read,
+}
+
+impl Job for VerifyJob {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn encode(&self) -> Result<Vec<u8>> {
+        encode_message(self)
+    }
+
+    fn partitions(&self) -> usize {
+        self.partitions
+    }
+
+    fn run(&self, partition: usize) -> BoxFuture<'static, Result<Vec<String>>> {
+        let plan = self.plan.clone();
+        let io = crate::cluster::file_io(&self.io);
+        let mine = share(&self.chunks, partition, self.partitions);
+        async move {
+            let plan = Arc::new(plan.build().await?);
+            let mut rows = vec![];
+            for (chunk, (path, groups, first_row)) in mine {
+                let (_, footer) = open(&io, &path).await?;
+                let read = read_chunk(
+                    io.clone(),
+                    path,
+                    footer,
+                    groups,
+                    first_row,
+                    Arc::clone(&plan),
+                )
+                .await?;
+                let answer = ChunkRead {
+                    chunk,
+                    partition: read.partition_json(&plan)?,
+                    read,
+                };
+                rows.push(
+                    serde_json::to_string(&answer)
+                        .map_err(|e| Error::invalid(format!("internal: {e}")))?,
+                );
+            }
+            Ok(rows)
+        }
+        .boxed()
+    }
+}
+
+fn decode(bytes: &[u8]) -> Result<Arc<dyn Job>> {
+    Ok(Arc::new(decode_message::<VerifyJob>(
+        bytes,
+        "a verification job",
+    )?))
+}
+
+/// The jobs the upload layer sends.
+pub(crate) fn jobs(jobs: Jobs) -> Jobs {
+    jobs.with(KIND, decode)
+}
+
+/// Reads `chunks` of `files` on `cluster`; answers per chunk its file's
+/// index and what was proved.
+pub(super) async fn read_chunks(
+    cluster: &Cluster,
+    recipe: &PlanRecipe,
+    io: &FileIO,
+    files: &[DataFile],
+    chunks: &[Chunk],
+    plan: &Plan,
+) -> Result<Vec<(usize, Read)>> {
+    let job = VerifyJob {
+        plan: recipe.clone(),
+        io: io.config().props().clone(),
+        chunks: chunks
+            .iter()
+            .map(|(index, groups, first)| {
+                (
+                    files[*index].file_path().to_string(),
+                    groups.clone(),
+                    *first,
+                )
+            })
+            .collect(),
+        partitions: chunks.len().clamp(1, PARTITIONS),
+    };
+    let ctx = cluster.context().await?;
+    let rows = run_job(&ctx, Arc::new(job)).await?;
+    let mut reads = vec![];
+    let mut seen = vec![false; chunks.len()];
+    for row in rows {
+        let answer: ChunkRead = serde_json::from_str(&row)
+            .map_err(|e| Error::invalid(format!("a verification task's answer: {e}")))?;
+        let Some((index, _, _)) = chunks.get(answer.chunk) else {
+            return Err(Error::invalid(format!(
+                "a verification task answered for chunk {} of {}",
+                answer.chunk,
+                chunks.len()
+            )));
+        };
+        seen[answer.chunk] = true;
+        let mut read = answer.read;
+        read.set_partition_json(answer.partition, plan)?;
+        reads.push((*index, read));
+    }
+    // Every chunk proved exactly once: a lost answer is not a pass.
+    if let Some(missing) = seen.iter().position(|s| !s) {
+        return Err(Error::invalid(format!(
+            "the cluster did not verify chunk {missing} of {} (file {}): promote again",
+            chunks.len(),
+            files[chunks[missing].0].file_path()
+        )));
+    }
+    if reads.len() != chunks.len() {
+        return Err(Error::invalid(format!(
+            "the cluster verified {} chunks for {}: promote again",
+            reads.len(),
+            chunks.len()
+        )));
+    }
+    Ok(reads)
+}
