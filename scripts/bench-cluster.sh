@@ -53,22 +53,44 @@ sleep 3
 
 sql() { "$bin" --warehouse "$work/warehouse" -q --format csv -c "$1"; }
 on_cluster="SET icestage.cluster = 'df://$scheduler';"
+# Runs $1, keeps its output in $work/out, prints the seconds it took.
 seconds() {
     local start end
     start=$(date +%s.%N)
-    sql "$1" >/dev/null
+    sql "$1" >"$work/out"
     end=$(date +%s.%N)
     echo "$end - $start" | bc
+}
+# The value of column $1 in the last result row of $work/out.
+column() {
+    python3 - "$1" "$work/out" <<'EOF'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[2])))
+header = max(i for i, r in enumerate(rows) if sys.argv[1] in r)
+print(rows[-1][rows[header].index(sys.argv[1])])
+EOF
+}
+# Fails the benchmark when $1 (what) is $2 rather than $3.
+expect() {
+    if [ "$2" != "$3" ]; then
+        echo "error: $1 is $2, expected $3" >&2
+        exit 1
+    fi
 }
 
 echo "==> data: target $target_rows rows, upload $upload_rows rows, $files CSV files"
 sql "CREATE SCHEMA bench;
      CREATE TABLE bench.t (id BIGINT NOT NULL, account VARCHAR NOT NULL, amount BIGINT NOT NULL);
      ALTER TABLE bench.t ADD CONSTRAINT one_id UNIQUE (id);
-     ALTER TABLE bench.t ADD CONSTRAINT positive CHECK (amount > 0);
-     INSERT INTO bench.t SELECT value, 'acct_' || (value % 1000), 1 + value % 997 FROM range($target_rows);" >/dev/null
+     ALTER TABLE bench.t ADD CONSTRAINT positive CHECK (amount > 0);" >/dev/null
+# Eight inserts each: eight or more files to spread over the executors.
 id=$(sql "CREATE UPLOAD FOR bench.t" | tail -1 | cut -d, -f1)
-sql "INSERT INTO staging.upload_$id SELECT $target_rows + value, 'acct_' || (value % 1000), 1 + value % 991 FROM range($upload_rows);" >/dev/null
+for part in 0 1 2 3 4 5 6 7; do
+    from=$((part * target_rows / 8)); to=$(((part + 1) * target_rows / 8))
+    sql "INSERT INTO bench.t SELECT value, 'acct_' || (value % 1000), 1 + value % 997 FROM range($from, $to)" >/dev/null
+    from=$((part * upload_rows / 8)); to=$(((part + 1) * upload_rows / 8))
+    sql "INSERT INTO staging.upload_$id SELECT $target_rows + value, 'acct_' || (value % 1000), 1 + value % 991 FROM range($from, $to)" >/dev/null
+done
 mkdir -p "$work/files"
 python3 - "$work/files" "$files" <<'EOF'
 import sys
@@ -86,16 +108,25 @@ report() {
 }
 promote="PROMOTE UPLOAD '$id' WITH (dry_run = true)"
 here=$(seconds "$promote")
+expect "rows proved here" "$(column rows)" "$upload_rows"
 there=$(seconds "$on_cluster $promote")
+expect "rows proved on the cluster" "$(column rows)" "$upload_rows"
+expect "where the proof ran" "$(column ran_on)" "df://$scheduler"
 report "PROMOTE (dry run, proof + rules)" "$here" "$there"
 
 download="CREATE DOWNLOAD WITH (wait = true) AS SELECT t.account, count(*) AS n, sum(t.amount) AS total
           FROM bench.t t JOIN bench.t o ON t.id = o.id GROUP BY t.account"
 here=$(seconds "$download")
+expect "download rows here" "$(sql "SELECT rows FROM download_status('$(column download_id)')" | tail -1)" 1000
 there=$(seconds "$on_cluster $download")
+expect "download rows on the cluster" "$(sql "SELECT rows FROM download_status('$(column download_id)')" | tail -1)" 1000
+expect "where the download ran" "$(column ran_on)" "df://$scheduler"
 report "CREATE DOWNLOAD (join, aggregate)" "$here" "$there"
 
 here=$(seconds "COPY INTO bench.copied_here FROM '$work/files/' WITH (all_files = true)")
+expect "rows copied here" "$(column rows)" "$((files * 1000))"
 there=$(seconds "$on_cluster COPY INTO bench.copied_there FROM '$work/files/' WITH (all_files = true)")
+expect "rows copied on the cluster" "$(column rows)" "$((files * 1000))"
+expect "where the copy ran" "$(column ran_on)" "df://$scheduler"
 report "COPY INTO ($files files)" "$here" "$there"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
