@@ -478,14 +478,17 @@ impl Operations {
 
     /// `RUN PIPE <name>`: loads what is new under the pipe's prefix now.
     pub async fn run_pipe(&self, name: &PipeName) -> Result<PipeRun> {
-        crate::pipe::run::run_pipe(&self.icestage, name).await
+        let cluster = crate::cluster::of_options(&self.context()?.options)?;
+        crate::pipe::run::run_pipe(&self.icestage, name, cluster.as_ref()).await
     }
 
     /// One round of a pipe runner: runs every running pipe whose interval
     /// has passed and that no other runner holds (what `icestage serve` does
-    /// every second); each pipe's outcome.
+    /// every second); each pipe's outcome. The session's `icestage.cluster`
+    /// decides where the files are read and written.
     pub async fn run_due_pipes(&self) -> Result<Vec<(PipeName, Result<PipeRun>)>> {
-        crate::pipe::run::run_due(&self.icestage).await
+        let cluster = crate::cluster::of_options(&self.context()?.options)?;
+        crate::pipe::run::run_due(&self.icestage, cluster.as_ref()).await
     }
 
     /// `ALTER PIPE <name> PAUSE | RESUME`.

@@ -13,6 +13,7 @@ use super::{Failure, MAX_REMEMBERED_FAILURES, Pipe, PipeName, list, load, short_
 use crate::catalog::commit::{Swap, swap_properties};
 use crate::catalog::insert::append_rows;
 use crate::catalog::{IcebergCatalog, Icestage};
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::ingest::copy_into::{CopyRun, Loaded, copy_files, loaded_files};
 use crate::ingest::source::{Access, SourceFile, candidates, files_at};
@@ -60,10 +61,15 @@ pub(crate) fn runner_id() -> &'static str {
 }
 
 /// `RUN PIPE <name>`: loads what is new now, whether the pipe is running or
-/// paused; refused while another runner holds it.
-pub(crate) async fn run_pipe(icestage: &Icestage, name: &PipeName) -> Result<PipeRun> {
+/// paused; refused while another runner holds it. With a `cluster`, its
+/// executors read and write the files.
+pub(crate) async fn run_pipe(
+    icestage: &Icestage,
+    name: &PipeName,
+    cluster: Option<&Cluster>,
+) -> Result<PipeRun> {
     let pipe = load(icestage, name).await?;
-    run(icestage, pipe, true)
+    run(icestage, pipe, true, cluster)
         .await?
         .ok_or_else(|| Error::invalid(format!("internal: pipe {name} was not run")))
 }
@@ -71,7 +77,10 @@ pub(crate) async fn run_pipe(icestage: &Icestage, name: &PipeName) -> Result<Pip
 /// The runs of the running pipes whose interval has passed, each loaded by
 /// this process if no other runner holds it: what `icestage serve` calls
 /// every second. One pipe's failure does not keep the others from running.
-pub(crate) async fn run_due(icestage: &Icestage) -> Result<Vec<(PipeName, Result<PipeRun>)>> {
+pub(crate) async fn run_due(
+    icestage: &Icestage,
+    cluster: Option<&Cluster>,
+) -> Result<Vec<(PipeName, Result<PipeRun>)>> {
     let now = Utc::now();
     let mut runs = vec![];
     for pipe in list(icestage).await? {
@@ -79,7 +88,7 @@ pub(crate) async fn run_due(icestage: &Icestage) -> Result<Vec<(PipeName, Result
             continue;
         }
         let name = pipe.name.clone();
-        match run(icestage, pipe, false).await {
+        match run(icestage, pipe, false, cluster).await {
             Ok(Some(done)) => runs.push((name, Ok(done))),
             Ok(None) => {}
             Err(e) => runs.push((name, Err(e))),
@@ -129,7 +138,12 @@ fn heartbeat(
     }))
 }
 
-async fn run(icestage: &Icestage, pipe: Pipe, manual: bool) -> Result<Option<PipeRun>> {
+async fn run(
+    icestage: &Icestage,
+    pipe: Pipe,
+    manual: bool,
+    cluster: Option<&Cluster>,
+) -> Result<Option<PipeRun>> {
     let catalog = Arc::clone(icestage.catalog(&pipe.catalog)?);
     // The lease names this run: a second run in this process waits its turn
     // like any other runner's.
@@ -183,7 +197,7 @@ async fn run(icestage: &Icestage, pipe: Pipe, manual: bool) -> Result<Option<Pip
         Swap::Refused(_) => return Ok(None),
     };
     let beat = heartbeat(Arc::clone(&catalog), &pipe, me, lease);
-    let outcome = load_new(&catalog, &pipe, started).await;
+    let outcome = load_new(&catalog, &pipe, started, cluster).await;
     std::mem::drop(beat);
     let finished = Utc::now();
 
@@ -322,7 +336,12 @@ struct Found {
     notifications: Option<Notifications>,
 }
 
-async fn load_new(catalog: &IcebergCatalog, pipe: &Pipe, started: DateTime<Utc>) -> Result<Found> {
+async fn load_new(
+    catalog: &IcebergCatalog,
+    pipe: &Pipe,
+    started: DateTime<Utc>,
+    cluster: Option<&Cluster>,
+) -> Result<Found> {
     let options = pipe.source_options()?;
     let format = options.format.ok_or_else(|| {
         Error::invalid(format!(
@@ -362,7 +381,7 @@ async fn load_new(catalog: &IcebergCatalog, pipe: &Pipe, started: DateTime<Utc>)
         &options,
         &pipe.failed_before(),
         Arc::new(NoProgress),
-        None,
+        cluster,
     )
     .await?;
     Ok(Found {

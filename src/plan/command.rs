@@ -282,7 +282,12 @@ impl Command {
                 one(crate::ingest::copy_into::copy_into(&ctx, catalog, table, uri, options).await?)
             }
             Command::CreatePipe(create) => one(pipe::create(&ctx.icestage, create).await?),
-            Command::RunPipe { name } => one(pipe::run::run_pipe(&ctx.icestage, name).await?),
+            Command::RunPipe { name } => one(pipe::run::run_pipe(
+                &ctx.icestage,
+                name,
+                crate::cluster::of_options(&ctx.options)?.as_ref(),
+            )
+            .await?),
             Command::AlterPipe { name, state } => {
                 one(pipe::set_state(&ctx.icestage, name, *state).await?)
             }

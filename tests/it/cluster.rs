@@ -206,6 +206,21 @@ async fn same_here_and_on(url: &str) {
     assert_eq!(rows("orders_there").await, rows("orders_here").await);
     let again = copy(&remote, "orders_there").await;
     assert_eq!(value(&again, "files_loaded"), "0");
+
+    // A pipe run in a session with the cluster set loads through it too.
+    let orders = crate::common::repo().join("sql/data/orders/");
+    run(
+        &remote,
+        &format!(
+            "CREATE PIPE orders AS COPY INTO raw.orders_piped FROM '{}' WITH (format = 'csv')",
+            orders.display()
+        ),
+    )
+    .await
+    .unwrap();
+    let piped = run(&remote, "RUN PIPE orders").await.unwrap();
+    assert_eq!(value(&piped, "files_loaded"), "3");
+    assert_eq!(rows("orders_piped").await, rows("orders_here").await);
 }
 
 /// COPY INTO raw.<table> of the repository's sample orders.
