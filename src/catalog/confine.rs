@@ -95,6 +95,10 @@ pub(crate) fn metadata_paths(table: &Table) -> Vec<String> {
 /// gone is fine.
 pub(crate) async fn delete_confined(table: &Table, location: &str, removal: Removal) -> Result<()> {
     let io: &FileIO = table.file_io();
+    if removal == Removal::Location {
+        let _ = io.delete_prefix(location.trim_end_matches('/')).await;
+        return Ok(());
+    }
     let mut metadata: HashSet<String> = metadata_paths(table).into_iter().collect();
     let mut data: HashSet<String> = HashSet::new();
     for snapshot in table.metadata().snapshots() {
@@ -120,7 +124,7 @@ pub(crate) async fn delete_confined(table: &Table, location: &str, removal: Remo
         }
     }
     let doomed: Vec<&String> = match removal {
-        Removal::Everything => metadata.iter().chain(data.iter()).collect(),
+        Removal::Everything | Removal::Location => metadata.iter().chain(data.iter()).collect(),
         // A path a manifest names as data is never deleted here, even when
         // another (client-written) manifest list calls it a manifest.
         Removal::MetadataOnly => metadata.difference(&data).collect(),

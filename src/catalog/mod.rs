@@ -507,6 +507,10 @@ pub(crate) enum Removal {
     Everything,
     /// Its metadata files only: another table references its data files.
     MetadataOnly,
+    /// Every file under its location, referenced or not: for tables only
+    /// icestage and its cluster write (a download), whose location may hold
+    /// files a retried task wrote and no commit references.
+    Location,
 }
 
 /// Runs an async catalog call from a synchronous DataFusion callback

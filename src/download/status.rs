@@ -164,7 +164,7 @@ async fn remove(download: &Download, state: DownloadState) -> Result<()> {
     log::append(&download.catalog, DOWNLOADS, &download.record(state)).await?;
     download
         .catalog
-        .remove_table(&download.table, crate::catalog::Removal::Everything)
+        .remove_table(&download.table, crate::catalog::Removal::Location)
         .await
 }
 

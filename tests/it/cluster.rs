@@ -419,4 +419,26 @@ async fn executor_killed_mid_job() {
         other => panic!("download ended {other}"),
     }
     executors.remove(0);
+
+    // A retried task's file that no commit references (put here as one
+    // would be) goes with the download, with everything else under it.
+    let of_download = || {
+        crate::common::files_under(warehouse.path())
+            .into_iter()
+            .filter(|f| f.to_string_lossy().contains(&format!("download_{id}")))
+            .collect::<Vec<_>>()
+    };
+    let metadata = of_download()
+        .into_iter()
+        .find(|f| f.to_string_lossy().ends_with(".metadata.json"))
+        .expect("the download's metadata file");
+    let folder = metadata.parent().unwrap().parent().unwrap().join("data");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(
+        folder.join(format!("icestage-download-{id}-0000-stray.parquet")),
+        b"x",
+    )
+    .unwrap();
+    run(&ctx, &format!("DROP DOWNLOAD '{id}'")).await.unwrap();
+    assert_eq!(of_download(), Vec::<std::path::PathBuf>::new());
 }
