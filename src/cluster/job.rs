@@ -210,11 +210,30 @@ impl ExecutionPlan for JobExec {
     }
 }
 
+/// The largest job icestage sends: half of Ballista's default gRPC message
+/// limit (16 MiB), which also carries the plan around it.
+const MAX_JOB_BYTES: usize = 8 << 20;
+
+/// Refuses a job too large for one message, saying what to do instead.
+fn check_size(job: &dyn Job) -> Result<()> {
+    let bytes = job.encode()?.len();
+    if bytes > MAX_JOB_BYTES {
+        return Err(Error::invalid(format!(
+            "the cluster job '{}' is {bytes} bytes, more than the {MAX_JOB_BYTES} one message \
+             carries: split the work (fewer files per statement), or run it here with \
+             SET icestage.cluster = ''",
+            job.kind()
+        )));
+    }
+    Ok(())
+}
+
 /// Runs `job` on the cluster session `ctx`; returns every partition's rows.
 pub(crate) async fn run_job(
     ctx: &datafusion::prelude::SessionContext,
     job: Arc<dyn Job>,
 ) -> Result<Vec<String>> {
+    check_size(job.as_ref())?;
     let batches = ctx.read_table(Arc::new(JobTable(job)))?.collect().await?;
     let mut rows = vec![];
     for batch in &batches {
@@ -223,4 +242,50 @@ pub(crate) async fn run_job(
         }
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Sized(usize);
+
+    impl Job for Sized {
+        fn kind(&self) -> &'static str {
+            "test.sized"
+        }
+        fn encode(&self) -> Result<Vec<u8>> {
+            Ok(vec![0; self.0])
+        }
+        fn partitions(&self) -> usize {
+            1
+        }
+        fn run(&self, _partition: usize) -> BoxFuture<'static, Result<Vec<String>>> {
+            Box::pin(async { Ok(vec![]) })
+        }
+    }
+
+    #[test]
+    fn a_job_larger_than_a_message_is_refused_with_what_to_do() {
+        assert!(check_size(&Sized(MAX_JOB_BYTES)).is_ok());
+        let error = check_size(&Sized(MAX_JOB_BYTES + 1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("test.sized") && error.contains("icestage.cluster = ''"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn shares_cover_every_item_once() {
+        let items: Vec<usize> = (0..10).collect();
+        let mut seen: Vec<usize> = (0..3)
+            .flat_map(|p| share(&items, p, 3))
+            .map(|(i, _)| i)
+            .collect();
+        seen.sort();
+        assert_eq!(seen, items);
+    }
 }
