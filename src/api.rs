@@ -183,6 +183,15 @@ impl Operations {
         crate::upload::status::list_uploads(&self.context()?).await
     }
 
+    /// The open uploads and those ended since `since`: what changed, read
+    /// without the log's older files (what the webhook dispatcher polls).
+    pub async fn uploads_since(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<UploadStatus>> {
+        crate::upload::status::list_uploads_since(&self.context()?, Some(since)).await
+    }
+
     /// `upload_findings(id)`: the rule violations the last validation found.
     ///
     /// ```
@@ -285,6 +294,14 @@ impl Operations {
     /// `downloads()`: every download the catalogs know, oldest first.
     pub async fn downloads(&self) -> Result<Vec<DownloadStatus>> {
         crate::download::status::list(&self.context()?).await
+    }
+
+    /// The live downloads and those ended since `since`.
+    pub async fn downloads_since(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<DownloadStatus>> {
+        crate::download::status::list_since(&self.context()?, Some(since)).await
     }
 
     /// `wait_download(id, timeout)`: the download's status once it is no

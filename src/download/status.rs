@@ -115,6 +115,15 @@ pub(crate) async fn download_status(
 }
 
 pub(crate) async fn list(ctx: &CommandContext) -> Result<Vec<DownloadStatus>> {
+    list_since(ctx, None).await
+}
+
+/// The live downloads, and the ended ones recorded since `since` (all of
+/// them when `None`).
+pub(crate) async fn list_since(
+    ctx: &CommandContext,
+    since: Option<DateTime<Utc>>,
+) -> Result<Vec<DownloadStatus>> {
     let mut all = vec![];
     for catalog in ctx.icestage.catalogs() {
         let mut live = HashSet::new();
@@ -123,7 +132,7 @@ pub(crate) async fn list(ctx: &CommandContext) -> Result<Vec<DownloadStatus>> {
             live.insert(download.id.to_string());
             all.push(live_record(&download));
         }
-        for record in log::latest_records::<DownloadState>(catalog, DOWNLOADS).await? {
+        for record in log::latest_records::<DownloadState>(catalog, DOWNLOADS, since).await? {
             if !live.contains(&record.id) {
                 all.push(record);
             }

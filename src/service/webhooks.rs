@@ -13,13 +13,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
 use futures::TryStreamExt;
 use hmac::{Hmac, Mac};
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use iceberg::expr::Reference;
+use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 use serde_json::{Value, json};
@@ -32,6 +33,12 @@ use crate::download::DownloadState;
 use crate::rows::Value as RowValue;
 use crate::session::log::ICESTAGE_NAMESPACE;
 use crate::upload::UploadState;
+
+/// How far back each round reads the logs before the previous round's
+/// start: records committed late, or by a replica whose clock is behind.
+const CURSOR_OVERLAP: chrono::Duration = chrono::Duration::minutes(5);
+/// How long an event is retried before it is given up.
+const GIVE_UP: Duration = Duration::from_secs(24 * 3600);
 
 /// The signature header's name.
 pub const SIGNATURE_HEADER: &str = "Icestage-Signature";
@@ -53,27 +60,26 @@ struct Event {
 }
 
 /// The events of sessions the service created (they have an owner) that
-/// reached a state a webhook reports.
-async fn events(state: &AppState) -> Vec<Event> {
+/// reached a state a webhook reports: those still live, and those whose
+/// end was recorded since `since` (older log files are not read).
+async fn events(state: &AppState, since: DateTime<Utc>) -> crate::error::Result<Vec<Event>> {
     let mut out = vec![];
-    let uploads = state.ops().uploads().await.unwrap_or_default();
+    let uploads = state.ops().uploads_since(since).await?;
     let uploads: Vec<_> = uploads
         .into_iter()
         .filter(|u| {
             u.owner.is_some() && matches!(u.state, UploadState::Promoted | UploadState::Failed)
         })
         .collect();
-    let downloads = state.ops().downloads().await.unwrap_or_default();
+    let downloads = state.ops().downloads_since(since).await?;
     let downloads: Vec<_> = downloads
         .into_iter()
         .filter(|d| {
             d.owner.is_some() && matches!(d.state, DownloadState::Ready | DownloadState::Failed)
         })
         .collect();
-    // Pipe runs of the last day: older ones were delivered, or given up.
-    let since = Utc::now() - chrono::Duration::days(1);
-    let runs = state.ops().pipe_runs_since(since).await.unwrap_or_default();
-    for (run, row) in runs.iter().zip(json_of(&runs).unwrap_or_default()) {
+    let runs = state.ops().pipe_runs_since(since).await?;
+    for (run, row) in runs.iter().zip(json_of(&runs)?) {
         for (kind, happened) in [
             ("pipe.loaded", run.files_loaded > 0),
             (
@@ -91,12 +97,8 @@ async fn events(state: &AppState) -> Vec<Event> {
         }
     }
     for (kind, rows, id_column) in [
-        ("upload", json_of(&uploads).unwrap_or_default(), "upload_id"),
-        (
-            "download",
-            json_of(&downloads).unwrap_or_default(),
-            "download_id",
-        ),
+        ("upload", json_of(&uploads)?, "upload_id"),
+        ("download", json_of(&downloads)?, "download_id"),
     ] {
         for row in rows {
             let field = |name: &str| {
@@ -113,7 +115,7 @@ async fn events(state: &AppState) -> Vec<Event> {
             });
         }
     }
-    out
+    Ok(out)
 }
 
 /// The table of acknowledged deliveries, in the default catalog.
@@ -149,17 +151,21 @@ async fn deliveries(state: &AppState) -> crate::error::Result<Table> {
         .await
 }
 
-/// The ids of the events delivered and acknowledged.
-async fn delivered(state: &AppState) -> crate::error::Result<HashSet<String>> {
+/// The ids of the events delivered and acknowledged (since `since`, when
+/// given: older files of the record are not read).
+async fn delivered(
+    state: &AppState,
+    since: Option<DateTime<Utc>>,
+) -> crate::error::Result<HashSet<String>> {
     let table = deliveries(state).await?;
-    let batches: Vec<RecordBatch> = table
-        .scan()
-        .select(["event_id"])
-        .build()?
-        .to_arrow()
-        .await?
-        .try_collect()
-        .await?;
+    let mut scan = table.scan().select(["event_id"]);
+    if let Some(since) = since {
+        scan = scan.with_filter(
+            Reference::new("delivered_at")
+                .greater_than_or_equal_to(Datum::timestamptz_micros(since.timestamp_micros())),
+        );
+    }
+    let batches: Vec<RecordBatch> = scan.build()?.to_arrow().await?.try_collect().await?;
     let mut ids = HashSet::new();
     for batch in &batches {
         let column = cast(batch.column(0), &DataType::Utf8)?;
@@ -199,19 +205,43 @@ pub(crate) async fn dispatch(state: AppState, webhook: WebhookSettings) {
         .build()
         .expect("an HTTP client");
     let mut retry: HashMap<String, (u32, Instant)> = HashMap::new();
+    // A cursor, not a re-read: every acknowledged id (the record read in
+    // full once, then only what was added since the last round), the events
+    // seen and not yet acknowledged, and the time from which the logs are
+    // read (a day back at the start, as a restarted dispatcher gives up on
+    // older events; then the last round's start less an overlap for records
+    // committed late or by a replica whose clock is behind).
+    let mut done: Option<HashSet<String>> = None;
+    let mut pending: HashMap<String, (Event, Instant)> = HashMap::new();
+    let mut since = Utc::now() - chrono::Duration::days(1);
     loop {
         tokio::time::sleep(interval).await;
+        let round = Utc::now();
         // Without the record of what was delivered, deliver nothing: the
         // catalog comes back, or the service is stopped.
-        let Ok(done) = delivered(&state).await else {
+        let Ok(fresh) = delivered(&state, done.as_ref().map(|_| since)).await else {
             continue;
         };
+        let done = done.get_or_insert_with(HashSet::new);
+        done.extend(fresh);
+        // A failed read leaves the cursor where it was.
+        let Ok(found) = events(&state, since).await else {
+            continue;
+        };
+        since = round - CURSOR_OVERLAP;
+        for event in found {
+            if !done.contains(&event.id) {
+                pending
+                    .entry(event.id.clone())
+                    .or_insert((event, Instant::now()));
+            }
+        }
+        pending.retain(|id, (_, first)| !done.contains(id) && first.elapsed() < GIVE_UP);
         let mut acknowledged = vec![];
-        for event in events(&state).await {
-            if done.contains(&event.id)
-                || retry
-                    .get(&event.id)
-                    .is_some_and(|(_, next)| Instant::now() < *next)
+        for (event, _) in pending.values() {
+            if retry
+                .get(&event.id)
+                .is_some_and(|(_, next)| Instant::now() < *next)
             {
                 continue;
             }
@@ -236,14 +266,18 @@ pub(crate) async fn dispatch(state: AppState, webhook: WebhookSettings) {
             match sent {
                 Ok(response) if response.status().is_success() => {
                     retry.remove(&event.id);
-                    acknowledged.push((event.id, response.status().as_u16()));
+                    acknowledged.push((event.id.clone(), response.status().as_u16()));
                 }
                 _ => {
                     let attempts = retry.get(&event.id).map_or(0, |(a, _)| *a) + 1;
                     let wait = Duration::from_secs(2u64.saturating_pow(attempts).min(300));
-                    retry.insert(event.id, (attempts, Instant::now() + wait));
+                    retry.insert(event.id.clone(), (attempts, Instant::now() + wait));
                 }
             }
+        }
+        for (id, _) in &acknowledged {
+            pending.remove(id);
+            done.insert(id.clone());
         }
         if !acknowledged.is_empty() {
             // Not recorded (the catalog failed): delivered again next time,

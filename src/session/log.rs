@@ -138,7 +138,7 @@ pub(crate) async fn lookup<S: FromStr<Err = Error>>(
     log: SessionLog,
     id: &str,
 ) -> Result<Option<SessionRecord<S>>> {
-    let records = read(catalog, log, Some(id)).await?;
+    let records = read(catalog, log, Some(id), None).await?;
     Ok(records.into_iter().max_by_key(|r| r.recorded_at))
 }
 
@@ -157,13 +157,16 @@ pub(crate) async fn find<S: FromStr<Err = Error>>(
     Ok(None)
 }
 
-/// The latest record of every upload in the log of `catalog`.
+/// The latest record of every session in the log of `catalog`; with
+/// `since`, of those recorded since then only (the log's data files whose
+/// `recorded_at` bounds lie before it are not read).
 pub(crate) async fn latest_records<S: FromStr<Err = Error>>(
     catalog: &IcebergCatalog,
     log: SessionLog,
+    since: Option<DateTime<Utc>>,
 ) -> Result<Vec<SessionRecord<S>>> {
     let mut latest: std::collections::HashMap<String, SessionRecord<S>> = Default::default();
-    for record in read(catalog, log, None).await? {
+    for record in read(catalog, log, None, since).await? {
         match latest.get(&record.id) {
             Some(seen) if seen.recorded_at >= record.recorded_at => {}
             _ => {
@@ -178,6 +181,7 @@ async fn read<S: FromStr<Err = Error>>(
     catalog: &IcebergCatalog,
     log: SessionLog,
     id: Option<&str>,
+    since: Option<DateTime<Utc>>,
 ) -> Result<Vec<SessionRecord<S>>> {
     let table = match catalog.catalog().load_table(&log_ident(log)).await {
         Ok(table) => table,
@@ -200,6 +204,12 @@ async fn read<S: FromStr<Err = Error>>(
     if let Some(id) = id {
         scan = scan.with_filter(Reference::new(names[0].clone()).equal_to(Datum::string(id)));
     }
+    if let Some(since) = since {
+        scan = scan.with_filter(
+            Reference::new("recorded_at")
+                .greater_than_or_equal_to(Datum::timestamptz_micros(since.timestamp_micros())),
+        );
+    }
     let batches: Vec<RecordBatch> = scan.build()?.to_arrow().await?.try_collect().await?;
     let mut records = vec![];
     for batch in &batches {
@@ -207,6 +217,9 @@ async fn read<S: FromStr<Err = Error>>(
     }
     if let Some(id) = id {
         records.retain(|r| r.id == id);
+    }
+    if let Some(since) = since {
+        records.retain(|r| r.recorded_at.is_some_and(|at| at >= since));
     }
     Ok(records)
 }
@@ -475,6 +488,59 @@ mod tests {
             .filter(|m| m.partitions.as_ref().is_some_and(|p| !p.is_empty()))
             .count();
         assert_eq!((manifests.entries().len(), summarized), (4, 3));
+    }
+
+    /// Reading what was recorded since a time plans only the data files
+    /// recorded since then: a poller's cost follows what changed, not the
+    /// log's length.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn records_since_a_time_read_only_the_files_recorded_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog_in(dir.path()).await;
+        let old = Utc::now() - chrono::Duration::days(2);
+        for n in 0..12 {
+            let mut early = record(&format!("old{n:02}"), "s.t", "staging.x");
+            early.recorded_at = Some(old);
+            append(&catalog, UPLOADS, &early).await.unwrap();
+        }
+        for n in 0..3 {
+            append(
+                &catalog,
+                UPLOADS,
+                &record(&format!("new{n}"), "s.t", "staging.x"),
+            )
+            .await
+            .unwrap();
+        }
+        let since = Utc::now() - chrono::Duration::hours(1);
+        let mut recent: Vec<String> = latest_records::<Ended>(&catalog, UPLOADS, Some(since))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        recent.sort();
+        assert_eq!(recent, ["new0", "new1", "new2"]);
+        let all = latest_records::<Ended>(&catalog, UPLOADS, None)
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 15);
+        let table = log_table(&catalog, UPLOADS).await.unwrap();
+        let planned = table
+            .scan()
+            .with_filter(
+                Reference::new("recorded_at")
+                    .greater_than_or_equal_to(Datum::timestamptz_micros(since.timestamp_micros())),
+            )
+            .build()
+            .unwrap()
+            .plan_files()
+            .await
+            .unwrap()
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap();
+        assert_eq!(planned.len(), 3, "the old records' files are skipped");
     }
 
     /// A long log keeps a bounded number of manifests and snapshots (merged

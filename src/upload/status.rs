@@ -187,6 +187,15 @@ pub(crate) async fn upload_findings(
 }
 
 pub(crate) async fn list_uploads(ctx: &CommandContext) -> Result<Vec<UploadStatus>> {
+    list_uploads_since(ctx, None).await
+}
+
+/// The open uploads, and the ended ones recorded since `since` (all of
+/// them when `None`).
+pub(crate) async fn list_uploads_since(
+    ctx: &CommandContext,
+    since: Option<DateTime<Utc>>,
+) -> Result<Vec<UploadStatus>> {
     let now = Utc::now();
     let mut all: Vec<UploadRecord> = vec![];
     for catalog in ctx.icestage.catalogs() {
@@ -201,7 +210,7 @@ pub(crate) async fn list_uploads(ctx: &CommandContext) -> Result<Vec<UploadStatu
             live.insert(staging.id.to_string());
             all.push(live_record(&staging, target, now));
         }
-        for record in log::latest_records::<UploadState>(catalog, log::UPLOADS).await? {
+        for record in log::latest_records::<UploadState>(catalog, log::UPLOADS, since).await? {
             if !live.contains(&record.id) {
                 all.push(record);
             }
