@@ -35,8 +35,9 @@ use crate::session::log::ICESTAGE_NAMESPACE;
 use crate::upload::UploadState;
 
 /// How far back each round reads the logs before the previous round's
-/// start: records committed late, or by a replica whose clock is behind.
-const CURSOR_OVERLAP: chrono::Duration = chrono::Duration::minutes(5);
+/// start: records committed late (a log append takes well under a second),
+/// or by a replica whose clock is behind (NTP keeps it within a second).
+const CURSOR_OVERLAP: chrono::Duration = chrono::Duration::seconds(60);
 /// How long an event is retried before it is given up.
 const GIVE_UP: Duration = Duration::from_secs(24 * 3600);
 
