@@ -33,8 +33,9 @@ extensions_options! {
         /// is older can be taken over by `ABORT UPLOAD` and `EXPIRE STAGING`.
         pub promotion_lease: Ttl, default = Ttl::written("60s")
 
-        /// Where PROMOTE's rule scans and CREATE DOWNLOAD's query run: '' (here)
-        /// or a Ballista scheduler, `df://HOST:PORT` (needs the `cluster` feature).
+        /// Where PROMOTE's proof and rules, CREATE DOWNLOAD's query and COPY INTO
+        /// (and RUN PIPE) run: '' (here) or a Ballista scheduler, `df://HOST:PORT`
+        /// (needs the `cluster` feature).
         pub cluster: String, default = String::new()
     }
 }

@@ -1,13 +1,16 @@
-//! Past one machine: the heavy scans of PROMOTE's rules and of CREATE
-//! DOWNLOAD's query run on an Apache DataFusion Ballista cluster when
+//! Past one machine: PROMOTE's proof and rules, CREATE DOWNLOAD's query and
+//! COPY INTO run on an Apache DataFusion Ballista cluster when
 //! `icestage.cluster` names one (`SET icestage.cluster = 'df://HOST:PORT'`).
 //!
-//! Only reading travels: Iceberg tables go as recipes ([`recipe`]), the
-//! executors scan, join and aggregate, and the rows come back to the
-//! coordinator, which writes and commits through the same exactly-once path
-//! as a local run. A lost or retried task can cost time, never a second
-//! commit. Scheduler, executors and client must be the same icestage build
-//! (the codecs are icestage's).
+//! What travels: Iceberg tables as recipes ([`recipe`]) that executors scan,
+//! join and aggregate; writes of a query's rows as new data files
+//! ([`write`]); and jobs ([`job`]), work that is not a query, which the
+//! layers above define (verifying an upload's files, loading a prefix's).
+//! Executors only read and write data files and answer their descriptions;
+//! the coordinator commits through the same exactly-once path as a local
+//! run, so a lost or retried task can cost time and leave an unreferenced
+//! file, never a second commit. Scheduler, executors and client must be the
+//! same icestage build (the codecs and jobs are icestage's).
 //!
 //! Without the `cargo` feature `cluster` the setting is refused with how to
 //! get it.

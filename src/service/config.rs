@@ -75,7 +75,7 @@ pub struct ServiceSettings {
     /// mid-promotion blocks that upload's next promotion this long.
     #[serde(default)]
     pub promotion_lease: Option<String>,
-    /// The Ballista cluster PROMOTE's rule scans and downloads' queries run
+    /// The Ballista cluster promotions, downloads, COPY INTO and pipes run
     /// on, `df://HOST:PORT` (the session option `icestage.cluster`; needs
     /// the `cluster` feature). Unset: in this process.
     #[serde(default)]

@@ -116,7 +116,7 @@ result_row! {
         pub findings: i64,
         /// What happened, in words.
         pub message: String,
-        /// Where the rules' scans ran: `local`, or the cluster's URL.
+        /// Where the proof and the rules' scans ran: `local`, or the cluster's URL.
         pub ran_on: String,
     }
 }
@@ -131,7 +131,7 @@ pub struct PromoteOptions {
     /// How long this promotion's claim holds without renewal (it is renewed
     /// every third of it while the promotion runs).
     pub lease: Duration,
-    /// Where the rules' scans run: here (`None`) or on a Ballista cluster.
+    /// Where the proof and the rules' scans run: here (`None`) or on a Ballista cluster.
     pub cluster: Option<Cluster>,
 }
 

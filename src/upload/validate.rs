@@ -51,7 +51,7 @@ pub(crate) struct Validation {
     pub(crate) violations: BTreeMap<String, (Rule, u64)>,
     /// Row-level findings, at most [`FINDINGS_PER_RULE`] per rule.
     pub(crate) findings: Vec<Finding>,
-    /// The cluster the rules' scans ran on; `None`: this process.
+    /// The cluster the proof or the rules' scans ran on; `None`: this process.
     pub(crate) cluster: Option<Cluster>,
 }
 
@@ -61,7 +61,7 @@ impl Validation {
         self.reasons.is_empty() && self.violations.values().all(|(_, n)| *n == 0)
     }
 
-    /// Where the rules' scans ran, as results show it.
+    /// Where the proof and the rules' scans ran, as results show it.
     pub(crate) fn ran_on(&self) -> String {
         crate::cluster::ran_on(self.cluster.as_ref())
     }
