@@ -14,11 +14,13 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column as ColumnExpr;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning, PlanProperties};
 
 use crate::error::{Error, Result};
 
@@ -323,6 +325,25 @@ pub(crate) fn one_batch(
         schema,
         futures::stream::once(batch),
     )))
+}
+
+/// The properties of a bounded plan of `partitions` partitions producing
+/// `schema`, which emits its rows as it goes (`incremental`) or at the end.
+pub(crate) fn bounded_properties(
+    schema: SchemaRef,
+    partitions: usize,
+    incremental: bool,
+) -> Arc<PlanProperties> {
+    Arc::new(PlanProperties::new(
+        EquivalenceProperties::new(schema),
+        Partitioning::UnknownPartitioning(partitions),
+        if incremental {
+            EmissionType::Incremental
+        } else {
+            EmissionType::Final
+        },
+        Boundedness::Bounded,
+    ))
 }
 
 /// `plan` narrowed to the columns of `projection` (indices into its schema).

@@ -16,12 +16,8 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::Result as DFResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
-use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::future::BoxFuture;
 
 use crate::error::{Error, Result};
@@ -96,6 +92,48 @@ pub(crate) fn decode_message<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// One answer of a job for one of its items (the item's position in the
+/// job's list), as a partition returns it.
+pub(crate) trait Answer: serde::Serialize + serde::de::DeserializeOwned {
+    fn item(&self) -> usize;
+
+    /// The answer as the row a partition returns.
+    fn to_row(&self) -> Result<String> {
+        serde_json::to_string(self).map_err(|e| Error::invalid(format!("internal: {e}")))
+    }
+}
+
+/// Runs `job` on `ctx`, whose partitions answer for its `items` items: each
+/// answer in its item's slot, `None` where none came back. An answer for
+/// an item the job does not have, or a second for one item, is an error.
+pub(crate) async fn run_for_items<A: Answer>(
+    ctx: &datafusion::prelude::SessionContext,
+    job: Arc<dyn Job>,
+    items: usize,
+    what: &str,
+) -> Result<Vec<Option<A>>> {
+    let mut slots: Vec<Option<A>> = (0..items).map(|_| None).collect();
+    for row in run_job(ctx, job).await? {
+        let answer: A = serde_json::from_str(&row)
+            .map_err(|e| Error::invalid(format!("{what}'s answer: {e}")))?;
+        let item = answer.item();
+        match slots.get_mut(item) {
+            Some(slot @ None) => *slot = Some(answer),
+            Some(Some(_)) => {
+                return Err(Error::invalid(format!(
+                    "{what} answered twice for item {item}: run the statement again"
+                )));
+            }
+            None => {
+                return Err(Error::invalid(format!(
+                    "{what} answered for item {item} of {items}"
+                )));
+            }
+        }
+    }
+    Ok(slots)
+}
+
 /// The share of `items` partition `partition` of `partitions` takes: every
 /// `partitions`-th, with its index.
 pub(crate) fn share<T: Clone>(items: &[T], partition: usize, partitions: usize) -> Vec<(usize, T)> {
@@ -145,12 +183,8 @@ pub(crate) struct JobExec {
 
 impl JobExec {
     pub(crate) fn new(job: Arc<dyn Job>) -> Self {
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&OUTPUT)),
-            Partitioning::UnknownPartitioning(job.partitions().max(1)),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        ));
+        let properties =
+            crate::rows::bounded_properties(Arc::clone(&OUTPUT), job.partitions().max(1), false);
         Self { job, properties }
     }
 }

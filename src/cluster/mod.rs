@@ -29,9 +29,9 @@ mod write;
 #[cfg(feature = "cluster")]
 pub use codec::{IcestageLogicalCodec, IcestagePhysicalCodec};
 #[cfg(feature = "cluster")]
-pub use job::{Job, JobDecoder, Jobs};
+pub(crate) use job::{Answer, decode_message, encode_message, run_for_items, share};
 #[cfg(feature = "cluster")]
-pub(crate) use job::{decode_message, encode_message, run_job, share};
+pub use job::{Job, JobDecoder, Jobs};
 #[cfg(feature = "cluster")]
 pub use process::ExecutorOptions;
 #[cfg(feature = "cluster")]
@@ -86,6 +86,29 @@ impl Cluster {
         Ok(Some(Self {
             url: format!("df://{host}:{port}"),
         }))
+    }
+
+    /// What a build without the `cluster` feature answers where a cluster
+    /// would be used (unreachable there: [`Cluster::from_setting`] refuses
+    /// first).
+    #[cfg(not(feature = "cluster"))]
+    pub(crate) fn unavailable(&self) -> Error {
+        Error::NotSupported(format!("cluster {} needs the 'cluster' feature", self.url))
+    }
+
+    /// `table` at `snapshot` as a table provider the cluster can plan.
+    pub(crate) fn table(
+        &self,
+        table: &iceberg::table::Table,
+        snapshot: Option<i64>,
+    ) -> Result<std::sync::Arc<dyn datafusion::catalog::TableProvider>> {
+        #[cfg(feature = "cluster")]
+        return Ok(std::sync::Arc::new(RecipeTable::new(table, snapshot)?));
+        #[cfg(not(feature = "cluster"))]
+        {
+            let _ = (table, snapshot);
+            Err(self.unavailable())
+        }
     }
 
     /// The scheduler's URL, `df://HOST:PORT`.

@@ -13,9 +13,6 @@ use std::time::Duration;
 use ballista_core::ConfigProducer;
 use ballista_core::config::TaskSchedulingPolicy;
 use ballista_core::extension::SessionConfigExt;
-use ballista_core::extension::{
-    ballista_aggregate_functions, ballista_scalar_functions, ballista_window_functions,
-};
 use ballista_core::registry::BallistaFunctionRegistry;
 use ballista_core::serde::BallistaCodec;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
@@ -41,16 +38,11 @@ pub(crate) fn session_config(jobs: &Jobs) -> SessionConfig {
         .with_ballista_physical_extension_codec(Arc::new(IcestagePhysicalCodec::new(jobs.clone())))
 }
 
-/// The scheduler's sessions: Ballista's functions, and a planner that
+/// The scheduler's sessions: Ballista's own, with a planner that also
 /// knows icestage's write.
 fn session_builder(config: SessionConfig) -> datafusion::common::Result<SessionState> {
-    Ok(SessionStateBuilder::new()
-        .with_default_features()
-        .with_config(config)
-        .with_runtime_env(Arc::new(RuntimeEnvBuilder::new().build()?))
-        .with_scalar_functions(ballista_scalar_functions())
-        .with_aggregate_functions(ballista_aggregate_functions())
-        .with_window_functions(ballista_window_functions())
+    let state = ballista_core::utils::default_session_builder(config)?;
+    Ok(SessionStateBuilder::new_from_existing(state)
         .with_query_planner(Arc::new(ClusterQueryPlanner))
         .build())
 }

@@ -22,12 +22,8 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
-use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::io::FileIOBuilder;
 use iceberg::scan::FileScanTask;
@@ -217,12 +213,7 @@ pub(crate) struct RecipeScanExec {
 
 impl RecipeScanExec {
     pub(crate) fn new(recipe: Recipe, schema: SchemaRef, partitions: usize, files: usize) -> Self {
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&schema)),
-            Partitioning::UnknownPartitioning(partitions),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        let properties = crate::rows::bounded_properties(Arc::clone(&schema), partitions, true);
         Self {
             recipe,
             schema,

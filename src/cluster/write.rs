@@ -24,12 +24,8 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{
     Expr, Extension, LogicalPlan, UserDefinedLogicalNode, UserDefinedLogicalNodeCore,
 };
-use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use futures::TryStreamExt;
 use iceberg::spec::{DataFile, deserialize_data_file_from_json, serialize_data_file_to_json};
@@ -133,12 +129,7 @@ pub(crate) struct WriteExec {
 impl WriteExec {
     pub(crate) fn new(target: WriteTarget, input: Arc<dyn ExecutionPlan>) -> Self {
         let partitions = input.properties().output_partitioning().partition_count();
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&OUTPUT)),
-            Partitioning::UnknownPartitioning(partitions),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        ));
+        let properties = crate::rows::bounded_properties(Arc::clone(&OUTPUT), partitions, false);
         Self {
             target,
             input,

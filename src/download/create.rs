@@ -88,10 +88,10 @@ pub(crate) struct CreateDownload {
     /// Source table → snapshot id read (`None`: the table was empty).
     pub(crate) sources: BTreeMap<String, Option<i64>>,
     pub(crate) options: DownloadOptions,
-    /// The cluster the query runs on (`icestage.cluster`); `None`: here.
-    pub(crate) cluster: Option<Cluster>,
-    /// The query as a plan, for the cluster (which plans it itself).
-    pub(crate) plan: Option<LogicalPlan>,
+    /// The cluster the query runs on (`icestage.cluster`) and the query as
+    /// a plan (the cluster plans it itself); `None`: here, from the
+    /// command's input.
+    pub(crate) remote: Option<(Cluster, LogicalPlan)>,
 }
 
 /// A download of `plan`: every Iceberg table it reads pinned to one
@@ -108,7 +108,7 @@ pub(crate) async fn plan_download(
         Some(options) => crate::cluster::of_options(options)?,
         None => None,
     };
-    let (pinned, sources) = pin_snapshots(state, icestage, plan, cluster.is_some()).await?;
+    let (pinned, sources) = pin_snapshots(state, icestage, plan, cluster.as_ref()).await?;
     let schema = crate::tables::ddl::iceberg_schema(pinned.schema().as_arrow())?;
     let input = crate::tables::ddl::cast_to_table_types(pinned, &schema)?;
     let spec = CreateDownload {
@@ -117,8 +117,7 @@ pub(crate) async fn plan_download(
         query,
         sources,
         options,
-        plan: cluster.is_some().then(|| input.clone()),
-        cluster,
+        remote: cluster.map(|c| (c, input.clone())),
     };
     Ok((spec, input))
 }
@@ -130,7 +129,7 @@ async fn pin_snapshots(
     state: &SessionState,
     icestage: &Icestage,
     plan: LogicalPlan,
-    for_cluster: bool,
+    cluster: Option<&Cluster>,
 ) -> Result<(LogicalPlan, BTreeMap<String, Option<i64>>)> {
     let mut names = vec![];
     plan.apply(|node| {
@@ -151,12 +150,12 @@ async fn pin_snapshots(
             continue;
         };
         let snapshot = table.metadata().current_snapshot_id();
-        let provider: Arc<dyn datafusion::catalog::TableProvider> = match snapshot {
-            _ if for_cluster => recipe_table(&table, snapshot)?,
-            Some(id) => {
+        let provider: Arc<dyn datafusion::catalog::TableProvider> = match (cluster, snapshot) {
+            (Some(cluster), _) => cluster.table(&table, snapshot)?,
+            (None, Some(id)) => {
                 Arc::new(IcebergStaticTableProvider::try_new_from_table_snapshot(table, id).await?)
             }
-            None => Arc::new(IcebergStaticTableProvider::try_new_from_table(table).await?),
+            (None, None) => Arc::new(IcebergStaticTableProvider::try_new_from_table(table).await?),
         };
         sources.insert(format!("{}.{ident}", catalog.name()), snapshot);
         pinned.insert(name.to_string(), provider);
@@ -181,10 +180,16 @@ pub(crate) async fn create_download(
     spec: &CreateDownload,
 ) -> Result<DownloadOpened> {
     let catalog = Arc::clone(ctx.icestage.catalog(&spec.catalog)?);
-    let (Some(input), Some(session)) = (ctx.input.clone(), ctx.session.clone()) else {
-        return Err(Error::invalid(
-            "internal: CREATE DOWNLOAD runs with its query as input",
-        ));
+    // Here, the query is the command's input, planned with the session;
+    // on a cluster, the cluster plans it.
+    let source = match (&spec.remote, ctx.input.clone(), ctx.session.as_ref()) {
+        (Some((cluster, plan)), _, _) => Fill::on_cluster(cluster, plan)?,
+        (None, Some(input), Some(session)) => Fill::Here(input, session.task_ctx()),
+        (None, _, _) => {
+            return Err(Error::invalid(
+                "internal: CREATE DOWNLOAD runs with its query as input",
+            ));
+        }
     };
     let options = &spec.options;
     let ttl = bounded_ttl(
@@ -230,15 +235,10 @@ pub(crate) async fn create_download(
         .create_table(ident.namespace(), creation)
         .await?;
 
-    let source = match (&spec.cluster, &spec.plan) {
-        (Some(cluster), Some(plan)) => Fill::on_cluster(cluster, plan)?,
-        _ => Fill::Here(input),
-    };
     let filling = tokio::spawn(fill(
         Arc::clone(&catalog),
         id.clone(),
         source,
-        session,
         options.lease,
     ));
     let state = if options.wait {
@@ -257,24 +257,6 @@ pub(crate) async fn create_download(
         expires_at: Some(expires_at),
         catalog: catalog.name().to_string(),
         connection: catalog.connection_json()?,
-        ran_on: crate::cluster::ran_on(spec.cluster.as_ref()),
+        ran_on: crate::cluster::ran_on(spec.remote.as_ref().map(|(c, _)| c)),
     })
-}
-
-#[cfg(feature = "cluster")]
-fn recipe_table(
-    table: &iceberg::table::Table,
-    snapshot: Option<i64>,
-) -> Result<Arc<dyn datafusion::catalog::TableProvider>> {
-    Ok(Arc::new(crate::cluster::RecipeTable::new(table, snapshot)?))
-}
-
-#[cfg(not(feature = "cluster"))]
-fn recipe_table(
-    _table: &iceberg::table::Table,
-    _snapshot: Option<i64>,
-) -> Result<Arc<dyn datafusion::catalog::TableProvider>> {
-    Err(Error::NotSupported(
-        "this icestage was built without the 'cluster' feature".to_string(),
-    ))
 }

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use datafusion::execution::TaskContext;
-use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 
@@ -58,7 +57,7 @@ async fn heartbeat(catalog: Arc<IcebergCatalog>, id: DownloadId, lease: Duration
 /// Where a download's rows are computed and written.
 pub(crate) enum Fill {
     /// In this process: every partition of the plan on its own task.
-    Here(Arc<dyn ExecutionPlan>),
+    Here(Arc<dyn ExecutionPlan>, Arc<TaskContext>),
     /// On a cluster: the executors run the query and write the files.
     #[cfg(feature = "cluster")]
     Cluster(Cluster, Box<LogicalPlan>),
@@ -72,17 +71,14 @@ impl Fill {
         #[cfg(not(feature = "cluster"))]
         {
             let _ = plan;
-            Err(crate::error::Error::NotSupported(format!(
-                "cluster {} needs the 'cluster' feature",
-                cluster.url()
-            )))
+            Err(cluster.unavailable())
         }
     }
 
     /// What the download's status says once it is ready.
     fn ready_message(&self) -> String {
         match self {
-            Self::Here(_) => String::new(),
+            Self::Here(..) => String::new(),
             #[cfg(feature = "cluster")]
             Self::Cluster(cluster, _) => format!(
                 "the query ran and its files were written on the cluster at {}",
@@ -95,16 +91,11 @@ impl Fill {
 /// Writes the download's rows into its table (in this process: one task
 /// per partition) and appends the files in one commit. Returns the row and
 /// file counts.
-async fn write(
-    catalog: &IcebergCatalog,
-    id: &DownloadId,
-    source: Fill,
-    task: Arc<TaskContext>,
-) -> Result<(u64, usize)> {
+async fn write(catalog: &IcebergCatalog, id: &DownloadId, source: Fill) -> Result<(u64, usize)> {
     let table = catalog.catalog().load_table(&id.table()).await?;
     let prefix = format!("icestage-download-{id}");
     let files = match source {
-        Fill::Here(input) => write_partitions(&table, &prefix, input, task).await?,
+        Fill::Here(input, task) => write_partitions(&table, &prefix, input, task).await?,
         #[cfg(feature = "cluster")]
         Fill::Cluster(cluster, query) => {
             let ctx = cluster.context().await?;
@@ -121,13 +112,12 @@ pub(crate) async fn fill(
     catalog: Arc<IcebergCatalog>,
     id: DownloadId,
     source: Fill,
-    session: Arc<SessionState>,
     lease: Duration,
 ) {
     let ready_message = source.ready_message();
     let beating = tokio::spawn(heartbeat(Arc::clone(&catalog), id.clone(), lease));
     failpoint("download.fill");
-    let written = write(&catalog, &id, source, session.task_ctx()).await;
+    let written = write(&catalog, &id, source).await;
     beating.abort();
     let Some(mut download) = load(&catalog, &id).await else {
         // Dropped while it was being filled.

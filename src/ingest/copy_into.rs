@@ -594,12 +594,7 @@ pub(crate) async fn copy_files(
             }
         }
         #[cfg(not(feature = "cluster"))]
-        Some(cluster) => {
-            return Err(Error::NotSupported(format!(
-                "cluster {} needs the 'cluster' feature",
-                cluster.url()
-            )));
-        }
+        Some(cluster) => return Err(cluster.unavailable()),
         None => {
             // Files are read and written on their own tasks, as many at once
             // as there are cores; each streams, so memory grows with that

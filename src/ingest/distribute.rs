@@ -20,7 +20,9 @@ use super::copy_into::copy_file;
 use super::options::{Format, READ_OPTIONS, SourceOptions};
 use super::read::Source;
 use super::source::{Access, SourceFile, files_at};
-use crate::cluster::{Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_job, share};
+use crate::cluster::{
+    Answer, Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_for_items, share,
+};
 use crate::error::{Error, Result};
 
 /// The job's kind, as decoders know it.
@@ -29,7 +31,7 @@ const KIND: &str = "ingest.copy";
 const PARTITIONS: usize = 8;
 
 /// Loading some files of a prefix into a table.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct CopyJob {
     /// The prefix, as the statement named it.
     uri: String,
@@ -47,7 +49,8 @@ struct CopyJob {
 /// One file's outcome as it travels back.
 #[derive(Debug, Serialize, Deserialize)]
 struct FileCopied {
-    n: usize,
+    /// The file's position in the job's list.
+    item: usize,
     size: u64,
     etag: Option<String>,
     /// The data files written, as Iceberg's JSON.
@@ -62,7 +65,7 @@ impl CopyJob {
         target: &Table,
         options: &SourceOptions,
         format: Format,
-        n: usize,
+        (item, n): (usize, usize),
         key: &str,
     ) -> Result<FileCopied> {
         let file = files_at(access, &[key.to_string()])
@@ -77,7 +80,7 @@ impl CopyJob {
             .default_partition_spec()
             .partition_type(metadata.current_schema())?;
         Ok(FileCopied {
-            n,
+            item,
             size: file.meta.size,
             etag: file.etag().map(String::from),
             data_files: written
@@ -86,6 +89,12 @@ impl CopyJob {
                 .collect::<iceberg::Result<_>>()?,
             error: None,
         })
+    }
+}
+
+impl Answer for FileCopied {
+    fn item(&self) -> usize {
+        self.item
     }
 }
 
@@ -103,44 +112,31 @@ impl Job for CopyJob {
     }
 
     fn run(&self, partition: usize) -> BoxFuture<'static, Result<Vec<String>>> {
-        let job = CopyJob {
-            files: share(&self.files, partition, self.partitions)
-                .into_iter()
-                .map(|(_, f)| f)
-                .collect(),
-            uri: self.uri.clone(),
-            options: self.options.clone(),
-            format: self.format.clone(),
-            target: self.target.clone(),
-            prefix: self.prefix.clone(),
-            partitions: self.partitions,
-        };
+        let mine = share(&self.files, partition, self.partitions);
+        let job = self.clone();
         async move {
             let options = SourceOptions::from_pairs("COPY INTO", &job.options, READ_OPTIONS)?;
             let format = Format::parse(&job.format)?;
             let access = Access::open(&job.uri, &options).await?;
             let target = job.target.open().await?;
             let mut rows = vec![];
-            for (n, key) in &job.files {
+            for (item, (n, key)) in mine {
                 // A file that fails is an answer, not a failed task: the
                 // coordinator decides (abort, or skip the file).
                 let copied = match job
-                    .copy_one(&access, &target, &options, format, *n, key)
+                    .copy_one(&access, &target, &options, format, (item, n), &key)
                     .await
                 {
                     Ok(copied) => copied,
                     Err(e) => FileCopied {
-                        n: *n,
+                        item,
                         size: 0,
                         etag: None,
                         data_files: vec![],
                         error: Some(e.to_string()),
                     },
                 };
-                rows.push(
-                    serde_json::to_string(&copied)
-                        .map_err(|e| Error::invalid(format!("internal: {e}")))?,
-                );
+                rows.push(copied.to_row()?);
             }
             Ok(rows)
         }
@@ -183,24 +179,14 @@ pub(super) async fn copy_on_cluster(
             .collect(),
         partitions: files.len().clamp(1, PARTITIONS),
     };
+    let items = files.len();
     let ctx = cluster.context().await?;
-    let rows = run_job(&ctx, Arc::new(job)).await?;
+    let answers =
+        run_for_items::<FileCopied>(&ctx, Arc::new(job), items, "a COPY INTO task").await?;
     let metadata = target.metadata();
     let schema = metadata.current_schema();
     let spec = metadata.default_partition_spec();
     let partition_type = spec.partition_type(schema)?;
-    let mut answers: Vec<Option<FileCopied>> = files.iter().map(|_| None).collect();
-    for row in rows {
-        let copied: FileCopied = serde_json::from_str(&row)
-            .map_err(|e| Error::invalid(format!("a COPY INTO task's answer: {e}")))?;
-        let Some(slot) = files.iter().position(|(n, _)| *n == copied.n) else {
-            return Err(Error::invalid(format!(
-                "a COPY INTO task answered for file {} of the copy",
-                copied.n
-            )));
-        };
-        answers[slot] = Some(copied);
-    }
     let mut outcomes = vec![];
     for ((_, file), answer) in files.into_iter().zip(answers) {
         let outcome = match answer {

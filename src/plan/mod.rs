@@ -128,7 +128,9 @@ async fn plan_statement(
             let (spec, input) =
                 crate::download::create::plan_download(state, &icestage, plan, sql, options)
                     .await?;
-            Ok(CommandNode::new(Command::CreateDownload(Arc::new(spec)), Some(input))?.into_plan())
+            // On a cluster the query is planned there: no input to plan here.
+            let input = spec.remote.is_none().then_some(input);
+            Ok(CommandNode::new(Command::CreateDownload(Arc::new(spec)), input)?.into_plan())
         }
         Statement::DropDownload { id } => command_plan(Command::DropDownload {
             id: DownloadId::parse(&id)?,

@@ -14,11 +14,14 @@ use futures::future::BoxFuture;
 use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, Schema};
 use iceberg::table::Table;
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use serde::{Deserialize, Serialize};
 
 use super::drift::Matching;
 use super::verify::{Chunk, Plan, Read, compile_checks, open, read_chunk};
-use crate::cluster::{Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_job, share};
+use crate::cluster::{
+    Answer, Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_for_items, share,
+};
 use crate::error::{Error, Result};
 
 /// The job's kind, as decoders know it.
@@ -92,6 +95,12 @@ struct ChunkRead {
     read: Read,
 }
 
+impl Answer for ChunkRead {
+    fn item(&self) -> usize {
+        self.chunk
+    }
+}
+
 impl Job for VerifyJob {
     fn kind(&self) -> &'static str {
         KIND
@@ -112,8 +121,17 @@ impl Job for VerifyJob {
         async move {
             let plan = Arc::new(plan.build().await?);
             let mut rows = vec![];
+            // A file's footer is read once however many of its chunks fall here.
+            let mut footers = HashMap::new();
             for (chunk, (path, groups, first_row)) in mine {
-                let (_, footer) = open(&io, &path).await?;
+                let footer = match footers.get(&path) {
+                    Some(footer) => ArrowReaderMetadata::clone(footer),
+                    None => {
+                        let (_, footer) = open(&io, &path).await?;
+                        footers.insert(path.clone(), footer.clone());
+                        footer
+                    }
+                };
                 let read = read_chunk(
                     io.clone(),
                     path,
@@ -128,10 +146,7 @@ impl Job for VerifyJob {
                     partition: read.partition_json(&plan)?,
                     read,
                 };
-                rows.push(
-                    serde_json::to_string(&answer)
-                        .map_err(|e| Error::invalid(format!("internal: {e}")))?,
-                );
+                rows.push(answer.to_row()?);
             }
             Ok(rows)
         }
@@ -177,38 +192,22 @@ pub(super) async fn read_chunks(
         partitions: chunks.len().clamp(1, PARTITIONS),
     };
     let ctx = cluster.context().await?;
-    let rows = run_job(&ctx, Arc::new(job)).await?;
+    let answers =
+        run_for_items::<ChunkRead>(&ctx, Arc::new(job), chunks.len(), "a verification task")
+            .await?;
     let mut reads = vec![];
-    let mut seen = vec![false; chunks.len()];
-    for row in rows {
-        let answer: ChunkRead = serde_json::from_str(&row)
-            .map_err(|e| Error::invalid(format!("a verification task's answer: {e}")))?;
-        let Some((index, _, _)) = chunks.get(answer.chunk) else {
+    // Every chunk proved exactly once: a lost answer is not a pass.
+    for (chunk, answer) in answers.into_iter().enumerate() {
+        let Some(answer) = answer else {
             return Err(Error::invalid(format!(
-                "a verification task answered for chunk {} of {}",
-                answer.chunk,
-                chunks.len()
+                "the cluster did not verify chunk {chunk} of {} (file {}): promote again",
+                chunks.len(),
+                files[chunks[chunk].0].file_path()
             )));
         };
-        seen[answer.chunk] = true;
         let mut read = answer.read;
         read.set_partition_json(answer.partition, plan)?;
-        reads.push((*index, read));
-    }
-    // Every chunk proved exactly once: a lost answer is not a pass.
-    if let Some(missing) = seen.iter().position(|s| !s) {
-        return Err(Error::invalid(format!(
-            "the cluster did not verify chunk {missing} of {} (file {}): promote again",
-            chunks.len(),
-            files[chunks[missing].0].file_path()
-        )));
-    }
-    if reads.len() != chunks.len() {
-        return Err(Error::invalid(format!(
-            "the cluster verified {} chunks for {}: promote again",
-            reads.len(),
-            chunks.len()
-        )));
+        reads.push((chunks[chunk].0, read));
     }
     Ok(reads)
 }

@@ -341,10 +341,7 @@ async fn unique_on_cluster(
     _staging: &Staging,
     _target: &Table,
 ) -> Result<SessionContext> {
-    Err(Error::NotSupported(format!(
-        "cluster {} needs the 'cluster' feature",
-        cluster.url()
-    )))
+    Err(cluster.unavailable())
 }
 
 /// A table whose filters DataFusion evaluates itself: none reach the

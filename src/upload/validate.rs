@@ -283,12 +283,7 @@ async fn verify_bytes(
             )
         }
         #[cfg(not(feature = "cluster"))]
-        Some(cluster) => {
-            return Err(crate::error::Error::NotSupported(format!(
-                "cluster {} needs the 'cluster' feature",
-                cluster.url()
-            )));
-        }
+        Some(cluster) => return Err(cluster.unavailable()),
     };
     let (io, files) = if copy_first {
         let copies = super::transfer::copy_files(staging, target, &validation.files).await?;
