@@ -352,6 +352,20 @@ mod tests {
         }
     }
 
+    /// Appends a record for each of `ids` to the upload log of `catalog`,
+    /// recorded at `at` (now when `None`).
+    async fn append_records(
+        catalog: &IcebergCatalog,
+        ids: impl IntoIterator<Item = String>,
+        at: Option<DateTime<Utc>>,
+    ) {
+        for id in ids {
+            let mut next = record(&id, "s.t", "staging.x");
+            next.recorded_at = at.or(next.recorded_at);
+            append(catalog, UPLOADS, &next).await.unwrap();
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn download_logs_of_either_schema_read_alike() {
         let dir = tempfile::tempdir().unwrap();
@@ -460,15 +474,7 @@ mod tests {
                 .map(String::as_str),
             Some("true")
         );
-        for n in 0..3 {
-            append(
-                &catalog,
-                UPLOADS,
-                &record(&format!("new{n}"), "s.t", "staging.x"),
-            )
-            .await
-            .unwrap();
-        }
+        append_records(&catalog, (0..3).map(|n| format!("new{n}")), None).await;
         let found: SessionRecord<Ended> = lookup(&catalog, UPLOADS, "old").await.unwrap().unwrap();
         assert_eq!(found.staging, "staging.old");
         let found: SessionRecord<Ended> = lookup(&catalog, UPLOADS, "new1").await.unwrap().unwrap();
@@ -498,20 +504,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let catalog = catalog_in(dir.path()).await;
         let old = Utc::now() - chrono::Duration::days(2);
-        for n in 0..12 {
-            let mut early = record(&format!("old{n:02}"), "s.t", "staging.x");
-            early.recorded_at = Some(old);
-            append(&catalog, UPLOADS, &early).await.unwrap();
-        }
-        for n in 0..3 {
-            append(
-                &catalog,
-                UPLOADS,
-                &record(&format!("new{n}"), "s.t", "staging.x"),
-            )
-            .await
-            .unwrap();
-        }
+        append_records(&catalog, (0..12).map(|n| format!("old{n:02}")), Some(old)).await;
+        append_records(&catalog, (0..3).map(|n| format!("new{n}")), None).await;
         let since = Utc::now() - chrono::Duration::hours(1);
         let mut recent: Vec<String> = latest_records::<Ended>(&catalog, UPLOADS, Some(since))
             .await
@@ -549,15 +543,7 @@ mod tests {
     async fn a_long_log_stays_small_to_look_up() {
         let dir = tempfile::tempdir().unwrap();
         let catalog = catalog_in(dir.path()).await;
-        for n in 0..230 {
-            append(
-                &catalog,
-                UPLOADS,
-                &record(&format!("id{n:04}"), "s.t", "staging.x"),
-            )
-            .await
-            .unwrap();
-        }
+        append_records(&catalog, (0..230).map(|n| format!("id{n:04}")), None).await;
         for n in [0, 99, 150, 229] {
             let id = format!("id{n:04}");
             let found: SessionRecord<Ended> =
