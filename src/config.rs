@@ -126,6 +126,11 @@ impl ConfigExtension for IcestageOptions {
 pub const CATALOG_TYPE_SQL: &str = "sql";
 /// Catalog type: Amazon S3 Tables.
 pub const CATALOG_TYPE_S3TABLES: &str = "s3tables";
+/// Catalog type: an Iceberg REST catalog (Polaris, Lakekeeper, another
+/// icestage's `serve`).
+pub const CATALOG_TYPE_REST: &str = "rest";
+/// Property key (REST): the bearer token sent with every request.
+pub const PROP_TOKEN: &str = "token";
 /// Property key (S3 Tables): the table bucket's ARN.
 pub const PROP_TABLE_BUCKET_ARN: &str = "table_bucket_arn";
 /// Property key (S3 Tables): the S3 Tables API endpoint, for an emulator.

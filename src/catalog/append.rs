@@ -6,11 +6,9 @@
 //! of the metadata pointer, [`super::pointer`]). A lost race is a conflict
 //! the client retries.
 
-use std::str::FromStr;
-
 use iceberg::spec::{MAIN_BRANCH, Operation, SnapshotRetention, TableMetadata};
 use iceberg::table::Table;
-use iceberg::{MetadataLocation, TableRequirement, TableUpdate};
+use iceberg::{TableRequirement, TableUpdate};
 
 use super::IcebergCatalog;
 use super::confine::is_under;
@@ -131,26 +129,15 @@ pub(crate) async fn apply_append(
     table: &Table,
     updates: Vec<TableUpdate>,
 ) -> Result<std::result::Result<(String, TableMetadata), Refusal>> {
-    let current = table.metadata_location_result()?.to_string();
-    let mut builder = table.metadata().clone().into_builder(Some(current.clone()));
-    for update in updates {
-        builder = update.apply(builder)?;
-    }
-    let metadata = builder.build()?.metadata;
-    let location = MetadataLocation::from_str(&current)?
-        .with_next_version()
-        .with_new_metadata(&metadata);
-    if catalog
-        .pointers()
-        .publish(table, &metadata, &location)
-        .await?
-    {
-        Ok(Ok((location.to_string(), metadata)))
-    } else {
-        Ok(Err(Refusal::Conflict(format!(
+    match catalog.pointers().commit(table, vec![], updates).await? {
+        Some(committed) => Ok(Ok((
+            committed.metadata_location_result()?.to_string(),
+            committed.metadata().clone(),
+        ))),
+        None => Ok(Err(Refusal::Conflict(format!(
             "{} changed while this commit was applied: reload it and retry",
             table.identifier()
-        ))))
+        )))),
     }
 }
 

@@ -15,6 +15,7 @@ pub(crate) mod manifest;
 pub(crate) mod pointer;
 pub(crate) mod provider;
 pub(crate) mod registry;
+pub(crate) mod rest;
 pub(crate) mod scoped;
 pub(crate) mod writer;
 
@@ -29,14 +30,15 @@ use std::fmt;
 use iceberg::spec::Schema;
 use iceberg::table::Table;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
+use iceberg_catalog_rest::RestCatalogBuilder;
 use iceberg_catalog_s3tables::S3TablesCatalogBuilder;
 use iceberg_catalog_sql::SqlCatalogBuilder;
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
 use crate::aws::AwsSettings;
 use crate::config::{
-    CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, CatalogConfig, PROP_ENDPOINT_URL,
-    PROP_TABLE_BUCKET_ARN, PROP_URI, PROP_WAREHOUSE, sqlite_path,
+    CATALOG_TYPE_REST, CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, CatalogConfig, PROP_ENDPOINT_URL,
+    PROP_TABLE_BUCKET_ARN, PROP_TOKEN, PROP_URI, PROP_WAREHOUSE, sqlite_path,
 };
 use crate::error::{Error, Result};
 use crate::secret::redacted;
@@ -51,6 +53,13 @@ pub(crate) enum CatalogKind {
     S3Tables {
         bucket_arn: String,
         endpoint_url: Option<String>,
+    },
+    /// An Iceberg REST catalog: it places tables and vends storage access
+    /// itself; icestage's exact commits pin its version ref
+    /// ([`rest`]).
+    Rest {
+        uri: String,
+        warehouse: Option<String>,
     },
 }
 
@@ -90,9 +99,11 @@ impl IcebergCatalog {
         match config.kind.as_str() {
             CATALOG_TYPE_SQL => Self::open_sql(config).await,
             CATALOG_TYPE_S3TABLES => Self::open_s3tables(config).await,
+            CATALOG_TYPE_REST => Self::open_rest(config).await,
             other => Err(Error::Config(format!(
                 "catalog '{}' has type '{other}', which icestage does not support: \
-                 use type = \"{CATALOG_TYPE_SQL}\" or \"{CATALOG_TYPE_S3TABLES}\"",
+                 use type = \"{CATALOG_TYPE_SQL}\", \"{CATALOG_TYPE_S3TABLES}\" or \
+                 \"{CATALOG_TYPE_REST}\"",
                 config.name
             ))),
         }
@@ -231,6 +242,80 @@ impl IcebergCatalog {
         })
     }
 
+    /// An Iceberg REST catalog: `uri`, optional `warehouse`, `token` and
+    /// `header.<name>` settings (and `s3.*` storage settings, used where
+    /// the catalog vends nothing).
+    async fn open_rest(config: &CatalogConfig) -> Result<Self> {
+        if config.config.contains_key("credential") {
+            return Err(Error::Config(format!(
+                "catalog '{}' (type rest) has 'credential': icestage sends a bearer token; \
+                 get one from the catalog's OAuth endpoint and set token = \"...\" instead",
+                config.name
+            )));
+        }
+        let uri = Self::setting(config, PROP_URI)?
+            .trim_end_matches('/')
+            .to_string();
+        let warehouse = config.config.get(PROP_WAREHOUSE).cloned();
+        let token = config.config.get(PROP_TOKEN).cloned();
+        let headers: HashMap<String, String> = config
+            .config
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("header.")?.to_string(), v.clone())))
+            .collect();
+        let commits = rest::RestCommits::connect(
+            &config.name,
+            &uri,
+            warehouse.as_deref(),
+            token.as_deref(),
+            &headers,
+        )
+        .await?;
+        let aws = AwsSettings::from_config(&config.config);
+        let mut props: HashMap<String, String> = config
+            .config
+            .iter()
+            .filter(|(k, _)| {
+                *k == PROP_URI
+                    || *k == PROP_WAREHOUSE
+                    || *k == PROP_TOKEN
+                    || k.starts_with("header.")
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        props.extend(aws.file_io_properties());
+        let catalog = RestCatalogBuilder::default()
+            .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
+            .load(&config.name, props)
+            .await
+            .map_err(|e| {
+                Error::Config(format!(
+                    "cannot open REST catalog '{}' at '{uri}': {}",
+                    config.name,
+                    e.message()
+                ))
+            })?;
+        // The token is the caller's own: a connection handed on names the
+        // catalog, and its holder brings their own token.
+        let mut client_properties = BTreeMap::from([
+            ("type".to_string(), "rest".to_string()),
+            ("uri".to_string(), uri.clone()),
+        ]);
+        if let Some(warehouse) = &warehouse {
+            client_properties.insert("warehouse".to_string(), warehouse.clone());
+        }
+        Ok(Self {
+            name: config.name.clone(),
+            catalog: Arc::new(catalog),
+            pointers: pointer::PointerStore::Rest(commits),
+            kind: CatalogKind::Rest { uri, warehouse },
+            aws,
+            client_properties,
+            turns: Default::default(),
+            seal_key: Default::default(),
+        })
+    }
+
     /// The name SQL uses for this catalog.
     pub fn name(&self) -> &str {
         &self.name
@@ -304,7 +389,7 @@ impl IcebergCatalog {
                 ident.namespace().join("/"),
                 ident.name()
             )),
-            CatalogKind::S3Tables { .. } => None,
+            CatalogKind::S3Tables { .. } | CatalogKind::Rest { .. } => None,
         }
     }
 
@@ -325,7 +410,7 @@ impl IcebergCatalog {
             CatalogKind::Sql { warehouse, .. } => {
                 !(warehouse.starts_with("s3://") || warehouse.starts_with("s3a://"))
             }
-            CatalogKind::S3Tables { .. } => false,
+            CatalogKind::S3Tables { .. } | CatalogKind::Rest { .. } => false,
         }
     }
 
@@ -337,7 +422,9 @@ impl IcebergCatalog {
     pub(crate) async fn remove_table(&self, table: &Table, removal: Removal) -> Result<()> {
         let ident = table.identifier();
         let result = match &self.kind {
-            CatalogKind::Sql { .. } => self.catalog.drop_table(ident).await,
+            CatalogKind::Sql { .. } | CatalogKind::Rest { .. } => {
+                self.catalog.drop_table(ident).await
+            }
             CatalogKind::S3Tables { .. } => self.catalog.purge_table(ident).await,
         };
         if let Err(e) = result {
@@ -348,7 +435,14 @@ impl IcebergCatalog {
             }
             return Ok(());
         }
-        let Some(location) = self.default_table_location(ident) else {
+        let location = match &self.kind {
+            CatalogKind::Sql { .. } => self.default_table_location(ident),
+            // The location the catalog gave the table: through icestage's
+            // REST catalog no client can move it (`set-location` is refused).
+            CatalogKind::Rest { .. } => Some(table.metadata().location().to_string()),
+            CatalogKind::S3Tables { .. } => None,
+        };
+        let Some(location) = location else {
             return Ok(());
         };
         confine::delete_confined(table, &location, removal).await

@@ -13,13 +13,19 @@
 //!   on the catalog's own database;
 //! * S3 Tables: `GetTable` gives the version token of the current metadata
 //!   location, and `UpdateTableMetadataLocation` takes that token, so a
-//!   location that moved since answers a conflict.
+//!   location that moved since answers a conflict;
+//! * a REST catalog: icestage cannot swap its pointer, but it can make the
+//!   catalog's own requirements pin the version ([`super::rest`]).
+//!
+//! [`PointerStore::commit`] is the one way in: a commit's requirements and
+//! updates, applied on exactly the version the caller loaded.
 
 use std::fmt;
+use std::str::FromStr;
 
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
-use iceberg::{ErrorKind, MetadataLocation, TableIdent};
+use iceberg::{ErrorKind, MetadataLocation, TableIdent, TableRequirement, TableUpdate};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 /// Where a catalog keeps its tables' metadata pointers.
@@ -35,6 +41,8 @@ pub(crate) enum PointerStore {
         client: aws_sdk_s3tables::Client,
         bucket_arn: String,
     },
+    /// An Iceberg REST catalog, whose commits icestage sends itself.
+    Rest(super::rest::RestCommits),
     /// A catalog whose pointer icestage cannot swap itself.
     Unsupported(String),
 }
@@ -44,6 +52,7 @@ impl fmt::Debug for PointerStore {
         match self {
             Self::Sqlite { catalog_name, .. } => write!(f, "Sqlite({catalog_name})"),
             Self::S3Tables { bucket_arn, .. } => write!(f, "S3Tables({bucket_arn})"),
+            Self::Rest(commits) => write!(f, "{commits:?}"),
             Self::Unsupported(why) => write!(f, "Unsupported({why})"),
         }
     }
@@ -93,11 +102,45 @@ impl PointerStore {
         }
     }
 
+    /// Commits `updates` to `base`'s table if, and only if, the catalog still
+    /// holds `base`'s version and `requirements` hold there: the table as
+    /// committed, or `None` when another process committed first. A failed
+    /// requirement is an error ([`ErrorKind::CatalogCommitConflicts`]).
+    pub(crate) async fn commit(
+        &self,
+        base: &Table,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> iceberg::Result<Option<Table>> {
+        if let Self::Rest(commits) = self {
+            return commits.commit(base, requirements, updates).await;
+        }
+        for requirement in &requirements {
+            requirement.check(Some(base.metadata()))?;
+        }
+        let current = base.metadata_location_result()?;
+        let mut builder = base
+            .metadata()
+            .clone()
+            .into_builder(Some(current.to_string()));
+        for update in updates {
+            builder = update.apply(builder)?;
+        }
+        let metadata = builder.build()?.metadata;
+        let location = MetadataLocation::from_str(current)?
+            .with_next_version()
+            .with_new_metadata(&metadata);
+        if !self.publish(base, &metadata, &location).await? {
+            return Ok(None);
+        }
+        successor(base, metadata, location.to_string()).map(Some)
+    }
+
     /// Writes `metadata` at `location` (the next version of `base`) and points
     /// `base`'s table at it if, and only if, it still points at `base`'s
     /// metadata location; `Ok(false)` when another process committed first,
     /// and the new file is removed again (nothing refers to it).
-    pub(crate) async fn publish(
+    async fn publish(
         &self,
         base: &Table,
         metadata: &TableMetadata,
@@ -188,6 +231,12 @@ impl PointerStore {
                     ))),
                 }
             }
+            Self::Rest(_) => Err(iceberg::Error::new(
+                ErrorKind::FeatureUnsupported,
+                format!(
+                    "internal: {table} is in a REST catalog, whose pointer only moves by commits"
+                ),
+            )),
             Self::Unsupported(why) => Err(iceberg::Error::new(
                 ErrorKind::FeatureUnsupported,
                 format!("icestage cannot compare-and-swap {table}: {why}"),
@@ -210,6 +259,21 @@ impl PointerStore {
             _ => Ok(None),
         }
     }
+}
+
+/// `base` at its next version: `metadata`, written at `location`.
+pub(crate) fn successor(
+    base: &Table,
+    metadata: TableMetadata,
+    location: String,
+) -> iceberg::Result<Table> {
+    Table::builder()
+        .identifier(base.identifier().clone())
+        .file_io(base.file_io().clone())
+        .metadata(metadata)
+        .metadata_location(location)
+        .runtime(iceberg::Runtime::current())
+        .build()
 }
 
 /// The table property that asks for old metadata files to be deleted.

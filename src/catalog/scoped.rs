@@ -19,15 +19,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use iceberg::table::Table;
 use iceberg::{
-    Catalog, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
-    TableCreation, TableIdent,
+    Catalog, ErrorKind, Namespace, NamespaceIdent, Result, TableCommit, TableCreation, TableIdent,
 };
 
 use super::pointer::PointerStore;
@@ -214,19 +212,15 @@ impl Catalog for ScopedCatalog {
                     format!("internal: a commit to {ident} without a checked load before it"),
                 )
             })?;
-        let staged = commit.apply(base.clone())?;
-        let location = MetadataLocation::from_str(staged.metadata_location_result()?)?;
-        if pointers
-            .publish(&base, staged.metadata(), &location)
-            .await?
-        {
-            Ok(staged)
-        } else {
-            Err(iceberg::Error::new(
+        let mut commit = commit;
+        let (requirements, updates) = (commit.take_requirements(), commit.take_updates());
+        match pointers.commit(&base, requirements, updates).await? {
+            Some(committed) => Ok(committed),
+            None => Err(iceberg::Error::new(
                 ErrorKind::CatalogCommitConflicts,
                 format!("{ident} changed after it was checked"),
             )
-            .with_retryable(true))
+            .with_retryable(true)),
         }
     }
 }

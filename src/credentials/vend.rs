@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::policy::{AccessMode, pack, s3_prefix_policy, s3tables_policy};
 use crate::aws::{MAX_DURATION, MIN_DURATION, VendedCredentials, assume_role};
 use crate::catalog::{CatalogKind, IcebergCatalog};
-use crate::config::{CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, Ttl};
+use crate::config::{CATALOG_TYPE_REST, CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, Ttl};
 use crate::download::{Download, DownloadId, DownloadState, find_download};
 use crate::error::{Error, Result};
 use crate::rows::result_row;
@@ -86,6 +86,13 @@ fn connection(
                 config.insert("endpoint_url".to_string(), endpoint.clone());
             }
             CATALOG_TYPE_S3TABLES
+        }
+        CatalogKind::Rest { uri, warehouse } => {
+            config.insert("uri".to_string(), uri.clone());
+            if let Some(warehouse) = warehouse {
+                config.insert("warehouse".to_string(), warehouse.clone());
+            }
+            CATALOG_TYPE_REST
         }
     };
     if let Some(credentials) = credentials {
@@ -180,6 +187,8 @@ async fn credentials_for(
             Some((bucket, prefix)) => s3_prefix_policy(bucket, prefix, mode),
             None => return Ok(None),
         },
+        // The REST catalog vends its own, with each table load.
+        CatalogKind::Rest { .. } => return Ok(None),
     };
     let packed = pack(&policy)?;
     let duration = capped(duration, until, session)?;

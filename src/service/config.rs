@@ -110,11 +110,43 @@ pub struct TokenSettings {
     pub name: String,
     /// The bearer token.
     pub token: Secret,
-    /// Tables it may upload to or download from, `namespace.table`.
+    /// Tables it may upload to, download from or reach through the REST
+    /// catalog: `namespace.table`, `namespace.*` (every table of the
+    /// namespace) or `*` (every table).
     pub tables: Vec<String>,
-    /// `upload`, `download`.
+    /// `upload`, `download`, `catalog` (the REST catalog's full view of its
+    /// tables, for another icestage or any engine that manages them).
     pub operations: Vec<String>,
 }
+
+impl TokenSettings {
+    /// Whether `table` (`namespace.table`) is one of this token's tables.
+    pub(crate) fn reaches(&self, table: &str) -> bool {
+        self.tables.iter().any(|pattern| {
+            pattern == "*"
+                || pattern == table
+                || pattern.strip_suffix(".*").is_some_and(|namespace| {
+                    table
+                        .strip_prefix(namespace)
+                        .and_then(|rest| rest.strip_prefix('.'))
+                        .is_some_and(|name| !name.is_empty() && !name.contains('.'))
+                })
+        })
+    }
+
+    /// Whether `namespace` holds any of this token's tables.
+    pub(crate) fn reaches_namespace(&self, namespace: &str) -> bool {
+        self.tables.iter().any(|pattern| {
+            pattern == "*"
+                || pattern
+                    .rsplit_once('.')
+                    .is_some_and(|(ns, _)| ns == namespace)
+        })
+    }
+}
+
+/// What a token may be allowed to do.
+const OPERATIONS: &[&str] = &["upload", "download", "catalog"];
 
 fn default_run_pipes() -> bool {
     true
@@ -160,10 +192,11 @@ impl ServiceConfig {
             toml::from_str(text).map_err(|e| Error::Config(e.message().to_string()))?;
         for token in &config.service.tokens {
             for operation in &token.operations {
-                if operation != "upload" && operation != "download" {
+                if !OPERATIONS.contains(&operation.as_str()) {
                     return Err(Error::Config(format!(
-                        "token '{}' has operation '{operation}': operations are upload and download",
-                        token.name
+                        "token '{}' has operation '{operation}': operations are {}",
+                        token.name,
+                        OPERATIONS.join(", ")
                     )));
                 }
             }

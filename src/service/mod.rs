@@ -6,6 +6,7 @@
 //! [`router`] builds the API (tested in-process); [`serve`] binds it and
 //! starts the webhook dispatcher.
 
+mod catalog_view;
 mod config;
 mod filter;
 mod handlers;
@@ -126,6 +127,20 @@ impl AppState {
 
     /// Takes one request from `key`'s token bucket (requests_per_minute,
     /// refilled continuously); `Some(seconds to wait)` when it is empty.
+    /// The API token whose secret is `presented`. Every token is compared,
+    /// in constant time, as a fixed-length hash: neither the match's
+    /// position nor the secret's length shows in the time taken.
+    pub(crate) fn api_token(&self, presented: &str) -> Option<TokenSettings> {
+        let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        for (hash, token) in &self.0.tokens {
+            if equal_time(hash, &presented) {
+                found = Some(token);
+            }
+        }
+        found.cloned()
+    }
+
     pub(crate) fn admit(&self, key: &str) -> Option<u64> {
         let rate = f64::from(self.0.config.service.requests_per_minute.max(1));
         let mut buckets = self.0.buckets.lock().expect("buckets");
@@ -287,7 +302,7 @@ impl Caller {
                 format!("token '{}' may not {operation}", self.0.name),
             ));
         }
-        if !self.0.tables.iter().any(|t| t == table) {
+        if !self.0.reaches(table) {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",
@@ -320,18 +335,8 @@ impl FromRequestParts<AppState> for Caller {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| unauthorized("send the token as Authorization: Bearer <token>"))?;
-        // Every token is compared, in constant time, as a fixed-length hash:
-        // neither the match's position nor the secret's length shows in the
-        // time taken.
-        let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        let mut found = None;
-        for (hash, token) in &state.0.tokens {
-            if equal_time(hash, &presented) {
-                found = Some(token);
-            }
-        }
-        let token = found
-            .cloned()
+        let token = state
+            .api_token(presented)
             .ok_or_else(|| unauthorized("the bearer token is not valid"))?;
         if let Some(wait) = state.admit(&token.name) {
             let mut error = ApiError::new(

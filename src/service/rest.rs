@@ -10,13 +10,18 @@
 //! by icestage on exactly the version the client built on (409 otherwise,
 //! which clients retry). Nothing else changes: no schema, property, spec or
 //! location update, no create, drop or rename.
+//!
+//! An API token with the `catalog` operation sees more: the tables its
+//! `tables` reach, with creates, drops and commits of any kind
+//! ([`super::catalog_view`]); that is what another icestage uses as its
+//! `type = "rest"` catalog.
 
 use std::collections::HashMap;
 
 use axum::Json;
 use axum::Router;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -24,12 +29,14 @@ use chrono::Utc;
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 use iceberg_catalog_rest::{
-    CommitTableRequest, CommitTableResponse, ListNamespaceResponse, ListTablesResponse,
-    LoadTableResult, NamespaceResponse, StorageCredential,
+    CommitTableRequest, CommitTableResponse, CreateNamespaceRequest, CreateTableRequest,
+    ListNamespaceResponse, ListTablesResponse, LoadTableResult, NamespaceResponse,
+    StorageCredential,
 };
 use serde_json::json;
 
 use super::AppState;
+use super::catalog_view::{self, CatalogView};
 use crate::catalog::append::{Refusal, apply_append, check_append};
 use crate::credentials::AccessMode;
 use crate::credentials::vend::{DEFAULT_DURATION, Grant, check_usable, download_grant};
@@ -55,18 +62,24 @@ const ENDPOINTS: &[&str] = &[
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/iceberg/v1/config", get(config))
-        .route("/iceberg/v1/namespaces", get(list_namespaces))
+        .route(
+            "/iceberg/v1/namespaces",
+            get(list_namespaces).post(create_namespace),
+        )
         .route(
             "/iceberg/v1/namespaces/{namespace}",
             get(load_namespace).head(namespace_exists),
         )
         .route(
             "/iceberg/v1/namespaces/{namespace}/tables",
-            get(list_tables),
+            get(list_tables).post(create_table),
         )
         .route(
             "/iceberg/v1/namespaces/{namespace}/tables/{table}",
-            get(load_table).head(table_exists).post(commit_table),
+            get(load_table)
+                .head(table_exists)
+                .post(commit_table)
+                .delete(drop_table),
         )
         .route(
             "/iceberg/v1/namespaces/{namespace}/tables/{table}/credentials",
@@ -86,7 +99,7 @@ pub(crate) struct RestError {
 }
 
 impl RestError {
-    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             kind,
@@ -170,30 +183,87 @@ impl Access {
     }
 }
 
-/// The session of the bearer token in `headers`: 401 without one, 403 when
-/// the session is over (a token lives as long as its session).
-async fn access(state: &AppState, headers: &HeaderMap) -> std::result::Result<Access, RestError> {
-    let unauthorized =
-        |m: &str| RestError::new(StatusCode::UNAUTHORIZED, "NotAuthorizedException", m);
+/// Who a request's bearer token is.
+enum Bearer {
+    /// A session's token: its one table.
+    Session(Box<Access>),
+    /// An API token with the `catalog` operation: its tables.
+    Catalog(CatalogView),
+}
+
+fn unauthorized(message: &str) -> RestError {
+    RestError::new(StatusCode::UNAUTHORIZED, "NotAuthorizedException", message)
+}
+
+fn slow_down(state: &AppState, who: &str) -> std::result::Result<(), RestError> {
+    match state.admit(who) {
+        None => Ok(()),
+        Some(wait) => Err(RestError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "SlowDownException",
+            format!(
+                "{who} made more than {} requests a minute: retry after {wait}s",
+                state.0.config.service.requests_per_minute
+            ),
+        )),
+    }
+}
+
+/// The bearer of `headers`: a session token icestage issued, or an API
+/// token with the `catalog` operation; 401 for anything else.
+async fn bearer(state: &AppState, headers: &HeaderMap) -> std::result::Result<Bearer, RestError> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| unauthorized("send the session's token as Authorization: Bearer <token>"))?;
+    if token::parse(presented).is_some() {
+        return Ok(Bearer::Session(Box::new(
+            session_access(state, presented).await?,
+        )));
+    }
+    let token = state
+        .api_token(presented)
+        .ok_or_else(|| unauthorized("the token is not a session token icestage issued"))?;
+    slow_down(state, &format!("token '{}'", token.name))?;
+    if !token.operations.iter().any(|o| o == "catalog") {
+        return Err(RestError::new(
+            StatusCode::FORBIDDEN,
+            "ForbiddenException",
+            format!(
+                "token '{}' may not use the REST catalog: give it the catalog operation, or use \
+                 the connection of an upload or download",
+                token.name
+            ),
+        ));
+    }
+    let catalog = std::sync::Arc::clone(state.0.icestage.default_catalog());
+    Ok(Bearer::Catalog(CatalogView::new(token, catalog)))
+}
+
+/// A session's bearer only: what the session endpoints need.
+async fn access(state: &AppState, headers: &HeaderMap) -> std::result::Result<Access, RestError> {
+    match bearer(state, headers).await? {
+        Bearer::Session(access) => Ok(*access),
+        Bearer::Catalog(_) => Err(RestError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            "this endpoint takes a session's token",
+        )),
+    }
+}
+
+/// The session of `presented` (a session token): 401 when it is not valid,
+/// 403 when the session is over (a token lives as long as its session).
+async fn session_access(
+    state: &AppState,
+    presented: &str,
+) -> std::result::Result<Access, RestError> {
     let (kind, id, secret) = token::parse(presented)
         .ok_or_else(|| unauthorized("the token is not a session token icestage issued"))?;
     // Each session has the request rate of an API token, counted before any
     // catalog work.
-    if let Some(wait) = state.admit(&format!("session:{id}")) {
-        return Err(RestError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "SlowDownException",
-            format!(
-                "session {id} made more than {} requests a minute: retry after {wait}s",
-                state.0.config.service.requests_per_minute
-            ),
-        ));
-    }
+    slow_down(state, &format!("session {id}"))?;
     match kind {
         TokenKind::Upload => {
             let id = UploadId::parse(id).map_err(|_| unauthorized("the token is not valid"))?;
@@ -245,22 +315,81 @@ fn holds(table: &Table, secret: &str) -> bool {
 }
 
 async fn config(State(state): State<AppState>, headers: HeaderMap) -> RestResult {
-    access(&state, &headers).await?;
+    let endpoints = match bearer(&state, &headers).await? {
+        Bearer::Session(_) => ENDPOINTS,
+        Bearer::Catalog(_) => catalog_view::ENDPOINTS,
+    };
     Ok(Json(json!({
         "defaults": {},
         "overrides": {},
-        "endpoints": ENDPOINTS,
+        "endpoints": endpoints,
     }))
     .into_response())
 }
 
-async fn list_namespaces(State(state): State<AppState>, headers: HeaderMap) -> RestResult {
-    let access = access(&state, &headers).await?;
-    Ok(Json(ListNamespaceResponse {
-        namespaces: vec![access.ident().namespace().clone()],
-        next_page_token: None,
+/// A namespace as a path names it (parts separated by U+001F); 400 when
+/// it is empty.
+fn namespace_of(namespace: &str) -> std::result::Result<NamespaceIdent, RestError> {
+    NamespaceIdent::from_strs(namespace.split('\u{1f}')).map_err(|_| {
+        RestError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            format!("'{namespace}' is not a namespace"),
+        )
     })
-    .into_response())
+}
+
+fn table_of(namespace: &str, table: &str) -> std::result::Result<TableIdent, RestError> {
+    Ok(TableIdent::new(namespace_of(namespace)?, table.to_string()))
+}
+
+/// 403 for what only a catalog token may do.
+fn session_may_not(what: &str) -> RestError {
+    RestError::new(
+        StatusCode::FORBIDDEN,
+        "ForbiddenException",
+        format!("a session's token cannot {what}: it reaches its own table only"),
+    )
+}
+
+/// `GET /v1/namespaces?parent=`.
+#[derive(Debug, serde::Deserialize)]
+struct Parent {
+    parent: Option<String>,
+}
+
+async fn list_namespaces(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<Parent>,
+) -> RestResult {
+    match bearer(&state, &headers).await? {
+        Bearer::Session(access) => Ok(Json(ListNamespaceResponse {
+            namespaces: match query.parent {
+                None => vec![access.ident().namespace().clone()],
+                Some(_) => vec![],
+            },
+            next_page_token: None,
+        })
+        .into_response()),
+        Bearer::Catalog(view) => {
+            let parent = query.parent.as_deref().map(namespace_of).transpose()?;
+            Ok(Json(view.list_namespaces(parent.as_ref()).await?).into_response())
+        }
+    }
+}
+
+async fn create_namespace(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: std::result::Result<Json<CreateNamespaceRequest>, JsonRejection>,
+) -> RestResult {
+    match bearer(&state, &headers).await? {
+        Bearer::Session(_) => Err(session_may_not("create a namespace")),
+        Bearer::Catalog(view) => {
+            Ok(Json(view.create_namespace(request(body)?).await?).into_response())
+        }
+    }
 }
 
 async fn load_namespace(
@@ -268,12 +397,19 @@ async fn load_namespace(
     headers: HeaderMap,
     Path(namespace): Path<String>,
 ) -> RestResult {
-    let access = access_to(&state, &headers, &namespace, None).await?;
-    Ok(Json(NamespaceResponse {
-        namespace: access.ident().namespace().clone(),
-        properties: HashMap::new(),
-    })
-    .into_response())
+    match bearer(&state, &headers).await? {
+        Bearer::Session(access) => {
+            access.check(&namespace, None)?;
+            Ok(Json(NamespaceResponse {
+                namespace: access.ident().namespace().clone(),
+                properties: HashMap::new(),
+            })
+            .into_response())
+        }
+        Bearer::Catalog(view) => {
+            Ok(Json(view.load_namespace(&namespace_of(&namespace)?).await?).into_response())
+        }
+    }
 }
 
 async fn namespace_exists(
@@ -281,7 +417,12 @@ async fn namespace_exists(
     headers: HeaderMap,
     Path(namespace): Path<String>,
 ) -> RestResult {
-    access_to(&state, &headers, &namespace, None).await?;
+    match bearer(&state, &headers).await? {
+        Bearer::Session(access) => access.check(&namespace, None)?,
+        Bearer::Catalog(view) => {
+            view.load_namespace(&namespace_of(&namespace)?).await?;
+        }
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -290,30 +431,59 @@ async fn list_tables(
     headers: HeaderMap,
     Path(namespace): Path<String>,
 ) -> RestResult {
-    let access = access_to(&state, &headers, &namespace, None).await?;
-    Ok(Json(ListTablesResponse {
-        identifiers: vec![access.ident().clone()],
-        next_page_token: None,
-    })
-    .into_response())
+    match bearer(&state, &headers).await? {
+        Bearer::Session(access) => {
+            access.check(&namespace, None)?;
+            Ok(Json(ListTablesResponse {
+                identifiers: vec![access.ident().clone()],
+                next_page_token: None,
+            })
+            .into_response())
+        }
+        Bearer::Catalog(view) => {
+            Ok(Json(view.list_tables(&namespace_of(&namespace)?).await?).into_response())
+        }
+    }
 }
 
-/// What a client needs to read or write the session's files: the storage
-/// properties of the catalog (`s3.endpoint`, `s3.region`, ...) and, on S3,
-/// credentials vended for the table's location alone, ending no later than
-/// the session; nothing for a local warehouse (the paths are on the
-/// client's own disk).
-/// The caller's access ([`access`]), checked to reach `namespace` (and
-/// `table`).
-async fn access_to(
-    state: &AppState,
-    headers: &HeaderMap,
-    namespace: &str,
-    table: Option<&str>,
-) -> std::result::Result<Access, RestError> {
-    let access = access(state, headers).await?;
-    access.check(namespace, table)?;
-    Ok(access)
+async fn create_table(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(namespace): Path<String>,
+    body: std::result::Result<Json<CreateTableRequest>, JsonRejection>,
+) -> RestResult {
+    match bearer(&state, &headers).await? {
+        Bearer::Session(_) => Err(session_may_not("create a table")),
+        Bearer::Catalog(view) => Ok(Json(
+            view.create_table(&namespace_of(&namespace)?, request(body)?)
+                .await?,
+        )
+        .into_response()),
+    }
+}
+
+/// `DELETE .../tables/{table}?purgeRequested=`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Purge {
+    #[serde(default)]
+    purge_requested: bool,
+}
+
+async fn drop_table(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((namespace, table)): Path<(String, String)>,
+    Query(query): Query<Purge>,
+) -> RestResult {
+    match bearer(&state, &headers).await? {
+        Bearer::Session(_) => Err(session_may_not("drop a table")),
+        Bearer::Catalog(view) => {
+            view.drop_table(&table_of(&namespace, &table)?, query.purge_requested)
+                .await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+    }
 }
 
 /// `config` as the vended credentials of the table `access` reaches.
@@ -361,7 +531,14 @@ async fn load_table(
     headers: HeaderMap,
     Path((namespace, table)): Path<(String, String)>,
 ) -> RestResult {
-    let access = access_to(&state, &headers, &namespace, Some(&table)).await?;
+    let access = match bearer(&state, &headers).await? {
+        Bearer::Session(access) => access,
+        Bearer::Catalog(view) => {
+            let ident = table_of(&namespace, &table)?;
+            return Ok(Json(view.load_table(&ident).await?).into_response());
+        }
+    };
+    access.check(&namespace, Some(&table))?;
     let config = storage(&access).await?;
     Ok(Json(LoadTableResult {
         metadata_location: access.grant.table.metadata_location().map(str::to_string),
@@ -377,7 +554,10 @@ async fn table_exists(
     headers: HeaderMap,
     Path((namespace, table)): Path<(String, String)>,
 ) -> RestResult {
-    access_to(&state, &headers, &namespace, Some(&table)).await?;
+    match bearer(&state, &headers).await? {
+        Bearer::Session(access) => access.check(&namespace, Some(&table))?,
+        Bearer::Catalog(view) => view.table_exists(&table_of(&namespace, &table)?).await?,
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -386,7 +566,14 @@ async fn credentials(
     headers: HeaderMap,
     Path((namespace, table)): Path<(String, String)>,
 ) -> RestResult {
-    let access = access_to(&state, &headers, &namespace, Some(&table)).await?;
+    let access = match bearer(&state, &headers).await? {
+        Bearer::Session(access) => access,
+        Bearer::Catalog(view) => {
+            let ident = table_of(&namespace, &table)?;
+            return Ok(Json(view.credentials(&ident).await?).into_response());
+        }
+    };
+    access.check(&namespace, Some(&table))?;
     let config = storage(&access).await?;
     Ok(Json(json!({"storage-credentials": [storage_credential(&access, config)]})).into_response())
 }
@@ -397,7 +584,14 @@ async fn commit_table(
     Path((namespace, table)): Path<(String, String)>,
     body: std::result::Result<Json<CommitTableRequest>, JsonRejection>,
 ) -> RestResult {
-    let access = access_to(&state, &headers, &namespace, Some(&table)).await?;
+    let access = match bearer(&state, &headers).await? {
+        Bearer::Session(access) => access,
+        Bearer::Catalog(view) => {
+            let ident = table_of(&namespace, &table)?;
+            return Ok(Json(view.commit(&ident, request(body)?).await?).into_response());
+        }
+    };
+    access.check(&namespace, Some(&table))?;
     let (metadata_location, metadata) = commit(&access, request(body)?).await?;
     Ok(Json(CommitTableResponse {
         metadata_location,
@@ -452,7 +646,7 @@ fn request<T>(
         RestError::new(
             StatusCode::BAD_REQUEST,
             "BadRequestException",
-            format!("the commit is not valid: {}", e.body_text()),
+            format!("the request body is not valid: {}", e.body_text()),
         )
     })
 }

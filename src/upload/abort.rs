@@ -30,8 +30,13 @@ pub(crate) async fn abort_upload(ctx: &CommandContext, id: &UploadId) -> Result<
 
 async fn abort(icestage: &Icestage, id: &UploadId) -> Result<UploadState> {
     if let Some(staging) = find_staging(icestage, id).await? {
-        discard(staging, UploadState::Aborted).await?;
-        return Ok(UploadState::Aborted);
+        match discard(staging, UploadState::Aborted).await {
+            Ok(()) => return Ok(UploadState::Aborted),
+            // The session ended meanwhile (a promotion finished and removed
+            // its table): answer with how it ended.
+            Err(e) if e.kind() == crate::error::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
     }
     match log::find::<UploadState>(icestage, log::UPLOADS, id.as_str()).await? {
         Some(record) => match record.state {

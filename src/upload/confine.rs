@@ -17,6 +17,15 @@ pub(crate) async fn assigned_location(staging: &Staging) -> Result<String> {
     if let Some(location) = staging.catalog.default_table_location(ident) {
         return Ok(location);
     }
+    // A REST catalog placed the table when icestage created it; a client
+    // reaches it only through icestage's REST catalog, which refuses
+    // `set-location`, so the location is still the one assigned.
+    if matches!(
+        staging.catalog.kind(),
+        crate::catalog::CatalogKind::Rest { .. }
+    ) {
+        return Ok(staging.table.metadata().location().to_string());
+    }
     staging
         .catalog
         .pointers()

@@ -6,6 +6,7 @@
 mod load;
 mod pipes;
 mod processes;
+mod rest_backend;
 mod router;
 mod soak;
 mod webhooks;

@@ -1,0 +1,472 @@
+//! The REST catalog as an API token with the `catalog` operation sees it:
+//! the tables of the service's default catalog that the token's `tables`
+//! reach (`namespace.table`, `namespace.*`, `*`), with what an engine that
+//! manages tables needs: namespaces (list, load, create), tables (list,
+//! load, create, drop) and commits of any kind. Another icestage uses it as
+//! its `type = "rest"` catalog.
+//!
+//! Commits are checked against their requirements and applied by icestage
+//! on exactly the version checked (the same compare-and-swap as a session's
+//! append), so a lost race is a 409 the client retries. A table outside the
+//! token's reach answers 404, as if it did not exist; creating one there is
+//! 403. A table is placed where the catalog places it (a request that names
+//! another location is refused).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+use iceberg_catalog_rest::{
+    CommitTableRequest, CommitTableResponse, CreateNamespaceRequest, CreateTableRequest,
+    ListNamespaceResponse, ListTablesResponse, LoadTableResult, NamespaceResponse,
+};
+
+use super::config::TokenSettings;
+use super::rest::RestError;
+use crate::catalog::IcebergCatalog;
+
+/// The most requirements and updates one commit through the catalog view
+/// may carry.
+const MAX_CHANGES: usize = 64;
+
+/// The endpoints a catalog token is served, as `GET /v1/config` lists them.
+pub(crate) const ENDPOINTS: &[&str] = &[
+    "GET /v1/{prefix}/namespaces",
+    "POST /v1/{prefix}/namespaces",
+    "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
+];
+
+type ViewResult<T> = std::result::Result<T, RestError>;
+
+/// See the module documentation.
+pub(crate) struct CatalogView {
+    token: TokenSettings,
+    catalog: Arc<IcebergCatalog>,
+}
+
+fn dotted(namespace: &NamespaceIdent) -> String {
+    namespace.join(".")
+}
+
+impl CatalogView {
+    pub(crate) fn new(token: TokenSettings, catalog: Arc<IcebergCatalog>) -> Self {
+        Self { token, catalog }
+    }
+
+    fn no_namespace(&self, namespace: &NamespaceIdent) -> RestError {
+        RestError::new(
+            StatusCode::NOT_FOUND,
+            "NoSuchNamespaceException",
+            format!(
+                "namespace {} does not exist or is not reached by token '{}'",
+                dotted(namespace),
+                self.token.name
+            ),
+        )
+    }
+
+    fn no_table(&self, table: &TableIdent) -> RestError {
+        RestError::new(
+            StatusCode::NOT_FOUND,
+            "NoSuchTableException",
+            format!(
+                "table {table} does not exist or is not reached by token '{}'",
+                self.token.name
+            ),
+        )
+    }
+
+    fn visible_namespace(&self, namespace: &NamespaceIdent) -> ViewResult<()> {
+        if self.token.reaches_namespace(&dotted(namespace)) {
+            Ok(())
+        } else {
+            Err(self.no_namespace(namespace))
+        }
+    }
+
+    fn visible_table(&self, table: &TableIdent) -> ViewResult<()> {
+        if self
+            .token
+            .reaches(&format!("{}.{}", dotted(table.namespace()), table.name()))
+        {
+            Ok(())
+        } else {
+            Err(self.no_table(table))
+        }
+    }
+
+    pub(crate) async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> ViewResult<ListNamespaceResponse> {
+        let namespaces = self.catalog.catalog().list_namespaces(parent).await?;
+        Ok(ListNamespaceResponse {
+            namespaces: namespaces
+                .into_iter()
+                .filter(|ns| self.token.reaches_namespace(&dotted(ns)))
+                .collect(),
+            next_page_token: None,
+        })
+    }
+
+    pub(crate) async fn load_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+    ) -> ViewResult<NamespaceResponse> {
+        self.visible_namespace(namespace)?;
+        match self.catalog.catalog().get_namespace(namespace).await {
+            Ok(found) => Ok(NamespaceResponse {
+                namespace: found.name().clone(),
+                properties: found.properties().clone(),
+            }),
+            Err(e) if e.kind() == iceberg::ErrorKind::NamespaceNotFound => {
+                Err(self.no_namespace(namespace))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(crate) async fn create_namespace(
+        &self,
+        request: CreateNamespaceRequest,
+    ) -> ViewResult<NamespaceResponse> {
+        let namespace = request.namespace;
+        if !self.token.reaches_namespace(&dotted(&namespace)) {
+            return Err(RestError::new(
+                StatusCode::FORBIDDEN,
+                "ForbiddenException",
+                format!(
+                    "token '{}' may not create namespace {}: its tables are {}",
+                    self.token.name,
+                    dotted(&namespace),
+                    self.token.tables.join(", ")
+                ),
+            ));
+        }
+        let created = self
+            .catalog
+            .catalog()
+            .create_namespace(&namespace, request.properties)
+            .await
+            .map_err(|e| match e.kind() {
+                iceberg::ErrorKind::NamespaceAlreadyExists => RestError::new(
+                    StatusCode::CONFLICT,
+                    "AlreadyExistsException",
+                    format!("namespace {} already exists", dotted(&namespace)),
+                ),
+                _ => e.into(),
+            })?;
+        Ok(NamespaceResponse {
+            namespace: created.name().clone(),
+            properties: created.properties().clone(),
+        })
+    }
+
+    pub(crate) async fn list_tables(
+        &self,
+        namespace: &NamespaceIdent,
+    ) -> ViewResult<ListTablesResponse> {
+        self.visible_namespace(namespace)?;
+        let tables = self
+            .catalog
+            .catalog()
+            .list_tables(namespace)
+            .await
+            .map_err(|e| match e.kind() {
+                iceberg::ErrorKind::NamespaceNotFound => self.no_namespace(namespace),
+                _ => e.into(),
+            })?;
+        Ok(ListTablesResponse {
+            identifiers: tables
+                .into_iter()
+                .filter(|t| self.visible_table(t).is_ok())
+                .collect(),
+            next_page_token: None,
+        })
+    }
+
+    async fn table(&self, ident: &TableIdent) -> ViewResult<iceberg::table::Table> {
+        self.visible_table(ident)?;
+        match self.catalog.catalog().load_table(ident).await {
+            Ok(table) => Ok(table),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
+                ) =>
+            {
+                Err(self.no_table(ident))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(crate) async fn load_table(&self, ident: &TableIdent) -> ViewResult<LoadTableResult> {
+        let table = self.table(ident).await?;
+        Ok(loaded(&table))
+    }
+
+    pub(crate) async fn table_exists(&self, ident: &TableIdent) -> ViewResult<()> {
+        self.visible_table(ident)?;
+        if self.catalog.catalog().table_exists(ident).await? {
+            Ok(())
+        } else {
+            Err(self.no_table(ident))
+        }
+    }
+
+    pub(crate) async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        request: CreateTableRequest,
+    ) -> ViewResult<LoadTableResult> {
+        let ident = TableIdent::new(namespace.clone(), request.name.clone());
+        if self.visible_table(&ident).is_err() {
+            return Err(RestError::new(
+                StatusCode::FORBIDDEN,
+                "ForbiddenException",
+                format!(
+                    "token '{}' may not create table {ident}: its tables are {}",
+                    self.token.name,
+                    self.token.tables.join(", ")
+                ),
+            ));
+        }
+        let bad = |message: String| {
+            RestError::new(StatusCode::BAD_REQUEST, "BadRequestException", message)
+        };
+        if request.stage_create == Some(true) {
+            return Err(bad(format!(
+                "{ident}: staged creation is not served; create the table, then commit to it"
+            )));
+        }
+        if let Some(location) = &request.location
+            && self.catalog.default_table_location(&ident).as_deref() != Some(location.as_str())
+        {
+            return Err(bad(format!(
+                "{ident}: location '{location}' was asked for; this catalog places tables itself, \
+                 leave location out"
+            )));
+        }
+        let creation = TableCreation::builder()
+            .name(request.name)
+            .schema(request.schema)
+            .partition_spec_opt(request.partition_spec)
+            .sort_order_opt(request.write_order)
+            .properties(request.properties)
+            .build();
+        let table = self
+            .catalog
+            .catalog()
+            .create_table(namespace, creation)
+            .await
+            .map_err(|e| match e.kind() {
+                iceberg::ErrorKind::TableAlreadyExists => RestError::new(
+                    StatusCode::CONFLICT,
+                    "AlreadyExistsException",
+                    format!("table {ident} already exists"),
+                ),
+                iceberg::ErrorKind::NamespaceNotFound => self.no_namespace(namespace),
+                _ => e.into(),
+            })?;
+        Ok(loaded(&table))
+    }
+
+    pub(crate) async fn drop_table(&self, ident: &TableIdent, purge: bool) -> ViewResult<()> {
+        self.table(ident).await?;
+        let catalog = self.catalog.catalog();
+        let dropped = if purge {
+            catalog.purge_table(ident).await
+        } else {
+            catalog.drop_table(ident).await
+        };
+        match dropped {
+            Ok(()) => Ok(()),
+            // A concurrent drop got there first.
+            Err(_) if !catalog.table_exists(ident).await.unwrap_or(true) => {
+                Err(self.no_table(ident))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Applies `request` to `ident` if its requirements hold on the version
+    /// loaded, swapping from exactly that version: 409 when they do not or
+    /// when another commit landed in between.
+    pub(crate) async fn commit(
+        &self,
+        ident: &TableIdent,
+        request: CommitTableRequest,
+    ) -> ViewResult<CommitTableResponse> {
+        if let Some(named) = &request.identifier
+            && named != ident
+        {
+            return Err(RestError::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequestException",
+                format!("the commit names table {named} but was sent to {ident}"),
+            ));
+        }
+        if request.requirements.len() > MAX_CHANGES || request.updates.len() > MAX_CHANGES {
+            return Err(RestError::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequestException",
+                format!(
+                    "{ident}: a commit carries at most {MAX_CHANGES} requirements and \
+                     {MAX_CHANGES} updates; split it"
+                ),
+            ));
+        }
+        let table = self.table(ident).await?;
+        let committed = self
+            .catalog
+            .pointers()
+            .commit(&table, request.requirements, request.updates)
+            .await?
+            .ok_or_else(|| {
+                RestError::new(
+                    StatusCode::CONFLICT,
+                    "CommitFailedException",
+                    format!("{ident} changed while this commit was applied: reload it and retry"),
+                )
+            })?;
+        Ok(CommitTableResponse {
+            metadata_location: committed.metadata_location_result()?.to_string(),
+            metadata: committed.metadata().clone(),
+        })
+    }
+
+    /// No storage credentials: a catalog token's holder brings its own
+    /// storage access (a local warehouse needs none).
+    pub(crate) async fn credentials(&self, ident: &TableIdent) -> ViewResult<serde_json::Value> {
+        self.table(ident).await?;
+        Ok(serde_json::json!({"storage-credentials": []}))
+    }
+}
+
+fn loaded(table: &iceberg::table::Table) -> LoadTableResult {
+    LoadTableResult {
+        metadata_location: table.metadata_location().map(str::to_string),
+        metadata: table.metadata().clone(),
+        config: HashMap::new(),
+        storage_credentials: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use iceberg::TableUpdate;
+
+    use crate::catalog::IcebergCatalog;
+    use crate::catalog::rest::VERSION_REF;
+    use crate::config::CatalogConfig;
+    use crate::service::{AppState, ServiceConfig, router};
+
+    /// A service on `dir` with a catalog token `lake` reaching `tables`,
+    /// listening on a free port; its address.
+    async fn serve(dir: &std::path::Path, tables: &str) -> String {
+        let config = ServiceConfig::from_toml_str(&format!(
+            r#"
+warehouse = "{}"
+[service]
+listen = "127.0.0.1:0"
+requests_per_minute = 100000
+[[service.tokens]]
+name = "lake"
+token = "sk_lake"
+tables = {tables}
+operations = ["catalog"]
+"#,
+            dir.display()
+        ))
+        .unwrap();
+        let app = router(AppState::new(config).await.unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{address}/iceberg")
+    }
+
+    async fn rest_catalog(uri: &str) -> IcebergCatalog {
+        IcebergCatalog::open(&CatalogConfig {
+            name: "lake".to_string(),
+            kind: "rest".to_string(),
+            config: [("uri", uri), ("token", "sk_lake")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        })
+        .await
+        .unwrap()
+    }
+
+    fn set(key: &str, value: &str) -> Vec<TableUpdate> {
+        vec![TableUpdate::SetProperties {
+            updates: HashMap::from([(key.to_string(), value.to_string())]),
+        }]
+    }
+
+    /// Two commits that checked one version: the first lands, the second
+    /// is refused, although a property change moves nothing the REST
+    /// protocol's requirements name (the version ref does it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn over_a_rest_catalog_a_commit_lands_only_on_the_version_it_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = serve(dir.path(), r#"["s.*"]"#).await;
+        let lake = rest_catalog(&uri).await;
+        let (_, table) = crate::catalog::test_table(&dir.path().join("other")).await;
+        // The same table, created through the REST catalog this time.
+        let ident = table.identifier().clone();
+        let checked = lake
+            .table_or_create(&ident, || {
+                Ok(table.metadata().current_schema().as_ref().clone())
+            })
+            .await
+            .unwrap();
+
+        let first = lake
+            .pointers()
+            .commit(&checked, vec![], set("state", "promoting"))
+            .await
+            .unwrap()
+            .expect("the first commit lands");
+        assert!(first.metadata().snapshot_for_ref(VERSION_REF).is_some());
+        let second = lake
+            .pointers()
+            .commit(&checked, vec![], set("state", "aborted"))
+            .await
+            .unwrap();
+        assert!(
+            second.is_none(),
+            "a second commit on the checked version landed"
+        );
+        let now = lake.catalog().load_table(&ident).await.unwrap();
+        assert_eq!(
+            now.metadata().properties().get("state").map(String::as_str),
+            Some("promoting")
+        );
+        // From the version as it is now, a commit lands again.
+        let third = lake
+            .pointers()
+            .commit(&now, vec![], set("state", "promoted"))
+            .await
+            .unwrap();
+        assert!(third.is_some());
+
+        // A table the token does not reach does not exist for it.
+        let hidden = iceberg::TableIdent::from_strs(["icestage", "upload_log"]).unwrap();
+        let error = lake.catalog().load_table(&hidden).await.unwrap_err();
+        assert_eq!(error.kind(), iceberg::ErrorKind::TableNotFound, "{error}");
+    }
+}
