@@ -149,7 +149,7 @@ pub const EMBEDDED_CATALOG_FILE: &str = "catalog.db";
 pub struct CatalogConfig {
     /// The name SQL uses for it (`<name>.<namespace>.<table>`).
     pub name: String,
-    /// Catalog type; `sql` is supported.
+    /// Catalog type: `sql`, `s3tables` or `rest`.
     #[serde(rename = "type")]
     pub kind: String,
     /// Properties handed to the catalog (`uri`, `warehouse`, ...).

@@ -469,4 +469,99 @@ operations = ["catalog"]
         let error = lake.catalog().load_table(&hidden).await.unwrap_err();
         assert_eq!(error.kind(), iceberg::ErrorKind::TableNotFound, "{error}");
     }
+
+    /// What the catalog view refuses, by the protocol's codes, and what it
+    /// allows a catalog token that other tokens cannot do.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_catalog_view_answers_by_the_protocol() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = serve(dir.path(), r#"["s.*", "x.only"]"#).await;
+        let http = reqwest::Client::new();
+        let call = |method: reqwest::Method, path: &str, body: Option<serde_json::Value>| {
+            let mut request = http
+                .request(method, format!("{uri}/v1/{path}"))
+                .bearer_auth("sk_lake");
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            async move {
+                let response = request.send().await.unwrap();
+                let status = response.status().as_u16();
+                let text = response.text().await.unwrap();
+                (status, text)
+            }
+        };
+        let schema = serde_json::json!({"type": "struct", "schema-id": 0, "fields": [
+            {"id": 1, "name": "id", "required": true, "type": "long"}]});
+        let create = |name: &str| serde_json::json!({"name": name, "schema": schema});
+        use reqwest::Method;
+
+        assert_eq!(
+            call(
+                Method::POST,
+                "namespaces",
+                Some(serde_json::json!({"namespace": ["s"]}))
+            )
+            .await
+            .0,
+            200
+        );
+        // Namespaces and tables outside the token's reach.
+        let (status, body) = call(
+            Method::POST,
+            "namespaces",
+            Some(serde_json::json!({"namespace": ["y"]})),
+        )
+        .await;
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains("its tables are s.*, x.only"), "{body}");
+        let (status, body) = call(
+            Method::POST,
+            "namespaces",
+            Some(serde_json::json!({"namespace": ["x"]})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let (status, body) = call(Method::POST, "namespaces/x/tables", Some(create("other"))).await;
+        assert_eq!(status, 403, "{body}");
+        // A location of the client's choosing.
+        let mut placed = create("t");
+        placed["location"] = serde_json::json!("file:///tmp/elsewhere");
+        let (status, body) = call(Method::POST, "namespaces/s/tables", Some(placed)).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("leave location out"), "{body}");
+        let (status, body) = call(Method::POST, "namespaces/s/tables", Some(create("t"))).await;
+        assert_eq!(status, 200, "{body}");
+        let (status, _) = call(Method::POST, "namespaces/s/tables", Some(create("t"))).await;
+        assert_eq!(status, 409);
+        let (_, listed) = call(Method::GET, "namespaces", None).await;
+        assert!(
+            listed.contains("\"s\"") && listed.contains("\"x\"") && !listed.contains("icestage"),
+            "{listed}"
+        );
+
+        // A commit whose requirement fails is a conflict; one that holds lands.
+        let stale = serde_json::json!({
+            "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 42}],
+            "updates": [{"action": "set-properties", "updates": {"k": "v"}}]});
+        let (status, body) = call(Method::POST, "namespaces/s/tables/t", Some(stale)).await;
+        assert_eq!(status, 409, "{body}");
+        let fresh = serde_json::json!({
+            "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": null}],
+            "updates": [{"action": "set-properties", "updates": {"k": "v"}}]});
+        let (status, body) = call(Method::POST, "namespaces/s/tables/t", Some(fresh)).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("\"k\":\"v\""), "{body}");
+
+        // Dropped, it is gone.
+        let (status, _) = call(
+            Method::DELETE,
+            "namespaces/s/tables/t?purgeRequested=true",
+            None,
+        )
+        .await;
+        assert_eq!(status, 204);
+        let (status, body) = call(Method::GET, "namespaces/s/tables/t", None).await;
+        assert_eq!(status, 404, "{body}");
+    }
 }

@@ -245,3 +245,29 @@ impl ServiceConfig {
         Ok(tokens)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_reaches_its_tables_by_name_namespace_or_all() {
+        let token = |tables: &[&str]| TokenSettings {
+            name: "t".to_string(),
+            token: Secret::new("s".to_string()),
+            tables: tables.iter().map(|t| t.to_string()).collect(),
+            operations: vec!["catalog".to_string()],
+        };
+        let some = token(&["payments.transactions", "raw.*"]);
+        assert!(some.reaches("payments.transactions"));
+        assert!(!some.reaches("payments.other"));
+        assert!(some.reaches("raw.orders"));
+        assert!(!some.reaches("raw"), "a namespace is not a table");
+        assert!(!some.reaches("rawx.orders"));
+        assert!(!some.reaches("raw.nested.orders"));
+        assert!(some.reaches_namespace("payments") && some.reaches_namespace("raw"));
+        assert!(!some.reaches_namespace("icestage"));
+        let all = token(&["*"]);
+        assert!(all.reaches("icestage.upload_log") && all.reaches_namespace("anything"));
+    }
+}

@@ -164,3 +164,87 @@ async fn icestage_runs_on_another_icestage_s_rest_catalog() {
     let second = run(&lake, &copy).await.unwrap();
     assert_eq!(value(&second, "rows"), "0");
 }
+
+/// `icestage serve` on a REST catalog: the serving icestage B keeps its
+/// tables in icestage A's catalog. A client of B gets B's own REST catalog
+/// (the session's token, its staging table only), writes through it (B
+/// forwards the append to A, pinned to the version it checked) and the
+/// upload lands in A's target once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn icestage_serve_runs_uploads_on_a_rest_catalog() {
+    use iceberg::TableIdent;
+
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let home = Service::start(&write_config(&warehouse, &catalog_token()));
+    let front_config = warehouse.path().join("front.toml");
+    std::fs::write(
+        &front_config,
+        format!(
+            r#"
+[[catalogs]]
+name = "lake"
+type = "rest"
+[catalogs.config]
+uri = "{}/iceberg"
+token = "{LAKE_TOKEN}"
+[service]
+listen = "127.0.0.1:0"
+requests_per_minute = 10000
+[[service.tokens]]
+name = "acme"
+token = "{TOKEN}"
+tables = ["payments.transactions"]
+operations = ["upload", "download"]
+"#,
+            home.url
+        ),
+    )
+    .unwrap();
+    let front = Service::start(&front_config);
+    let http = reqwest::Client::new();
+    let upload = post_json(
+        &http,
+        format!("{}/uploads", front.url),
+        json!({"table": "payments.transactions"}),
+    )
+    .await;
+    // The client's catalog is the front's own, never the home catalog.
+    assert_eq!(
+        upload["connection"]["uri"].as_str(),
+        Some(format!("{}/iceberg", front.url).as_str()),
+        "{upload}"
+    );
+    let (catalog, ctx) = rest_session(&upload).await;
+    // The client reaches its staging table through the front, and nothing
+    // else: not the target, not the home catalog's own tables.
+    for other in [["payments", "transactions"], ["icestage", "upload_log"]] {
+        let other = TableIdent::from_strs(other).unwrap();
+        assert!(catalog.load_table(&other).await.is_err(), "{other}");
+    }
+    let staging = text(&upload, "staging_table");
+    insert_three(&ctx, &staging).await.unwrap();
+    let id = text(&upload, "upload_id");
+    complete(&http, &front.url, &id).await;
+    let done = wait_state(
+        &http,
+        &format!("{}/uploads/{id}", front.url),
+        &["promoted", "failed"],
+    )
+    .await;
+    assert_eq!(
+        (text(&done, "state"), done["rows"].as_i64()),
+        ("promoted".to_string(), Some(3)),
+        "{done}"
+    );
+    assert_eq!(
+        scalar(
+            &warehouse.session().await,
+            "SELECT count(*) FROM payments.transactions"
+        )
+        .await,
+        "3"
+    );
+    // The session's token ended with it.
+    assert!(insert_three(&ctx, &staging).await.is_err());
+}
