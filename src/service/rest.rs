@@ -5,8 +5,9 @@
 //! A token sees its table and that table's namespace, nothing else (another
 //! table answers 404). A download's token reads its table while the
 //! download is ready. An upload's token loads its staging table and commits
-//! appends to it while the session is open or failed; every commit is
-//! checked to be an append under the table's assigned location and applied
+//! appends to it while the session is open (a failed upload's table is
+//! read only); every commit is checked to be an append under the table's
+//! assigned location and applied
 //! by icestage on exactly the version the client built on (409 otherwise,
 //! which clients retry). Nothing else changes: no schema, property, spec or
 //! location update, no create, drop or rename.
@@ -151,7 +152,7 @@ struct Access {
     grant: Grant,
     /// The session's id.
     session: String,
-    /// An upload's session (appends allowed while it is open or failed);
+    /// An upload's session (appends allowed while it is open);
     /// `None` for a download (read only).
     upload: Option<Staging>,
 }
@@ -278,8 +279,15 @@ async fn session_access(
                     format!("upload {id} has expired or can no longer be promoted"),
                 ));
             }
+            // Rows change only while the upload is open: a failed upload's
+            // table is read (its findings explained), never written.
+            let mode = if staging.state == UploadState::Open {
+                AccessMode::Write
+            } else {
+                AccessMode::Read
+            };
             Ok(Access {
-                grant: Grant::upload(&staging, AccessMode::Write).await?,
+                grant: Grant::upload(&staging, mode).await?,
                 session: staging.id.to_string(),
                 upload: Some(staging),
             })
@@ -666,12 +674,21 @@ async fn commit(
             "this session reads its table; it cannot commit",
         ));
     };
-    if !matches!(staging.state, UploadState::Open | UploadState::Failed) {
+    if staging.state != UploadState::Open {
+        let hint = if staging.state == UploadState::Failed {
+            format!(
+                "; its findings say why (GET /uploads/{}/findings): open a new upload with the \
+                 corrected rows",
+                staging.id
+            )
+        } else {
+            String::new()
+        };
         return Err(RestError::new(
             StatusCode::CONFLICT,
             "CommitFailedException",
             format!(
-                "upload {} is {}: its rows can no longer change",
+                "upload {} is {}: its rows can no longer change{hint}",
                 staging.id, staging.state
             ),
         ));

@@ -189,7 +189,15 @@ pub(crate) async fn promote(
             // working (and dropped the staging table under it): that is success.
             Err(error) if !options.dry_run => {
                 return match log::find(icestage, log::UPLOADS, id.as_str()).await {
-                    Ok(Some(record)) => already_promoted(id, &record).ok_or(error),
+                    Ok(Some(record)) => match already_promoted(id, &record) {
+                        Some(promotion) => Ok(promotion),
+                        // An abort or expiry ended the session under this
+                        // promotion (and removed its table): say so.
+                        None if error.kind() == crate::error::ErrorKind::NotFound => {
+                            Err(closed_or_unknown(id, Some(record)))
+                        }
+                        None => Err(error),
+                    },
                     _ => Err(error),
                 };
             }

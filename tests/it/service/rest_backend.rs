@@ -120,10 +120,12 @@ async fn icestage_runs_on_another_icestage_s_rest_catalog() {
     let rows = scalar(&home, "SELECT count(*) FROM payments.transactions").await;
     match (promote, abort) {
         (Ok(_), Err(refused)) => {
+            eprintln!("the promotion won: {refused}");
             assert_eq!((state.as_str(), rows.as_str()), ("promoted", "6"));
             assert!(refused.to_string().contains("promot"), "{refused}");
         }
         (Err(refused), Ok(_)) => {
+            eprintln!("the abort won: {refused}");
             assert_eq!((state.as_str(), rows.as_str()), ("aborted", "3"));
             assert!(refused.to_string().contains("abort"), "{refused}");
         }

@@ -594,3 +594,79 @@ async fn hostile_requests_are_bounded_and_answered_by_kind() {
         "{error}"
     );
 }
+
+/// A failed upload's staging table is read through the REST catalog (its
+/// findings can be explained from its rows), and takes no more appends: the
+/// commit is a conflict that says to open a new upload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upload_s_table_is_read_only_through_the_rest_catalog() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let home = warehouse.session().await;
+    run(
+        &home,
+        "ALTER TABLE payments.transactions ADD CONSTRAINT positive CHECK (amount_cents > 0)",
+    )
+    .await
+    .unwrap();
+    let app = app(&config(&warehouse, "")).await;
+    let (status, upload) = call(
+        &app,
+        "POST",
+        "/uploads",
+        Some(TOKEN),
+        Some(r#"{"table": "payments.transactions"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{upload}");
+    let token = upload["connection"]["token"].as_str().unwrap().to_string();
+    let id = text(&upload, "upload_id");
+    let staging = text(&upload, "staging_table");
+    run(
+        &home,
+        &format!(
+            "INSERT INTO {staging} VALUES ('t1', 'a1', -5, 'usd', TIMESTAMP '2026-07-01 00:00:00Z')"
+        ),
+    )
+    .await
+    .unwrap();
+    let (status, _) = call(
+        &app,
+        "POST",
+        &format!("/uploads/{id}/complete"),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let failed = poll_until(&app, &format!("/uploads/{id}"), &["failed", "promoted"]).await;
+    assert_eq!(text(&failed, "state"), "failed", "{failed}");
+
+    let table_path = format!(
+        "/iceberg/v1/namespaces/{}/tables/{}",
+        staging.split('.').next().unwrap(),
+        staging.split('.').nth(1).unwrap()
+    );
+    let (status, loaded) = call(&app, "GET", &table_path, Some(&token), None).await;
+    assert_eq!(status, StatusCode::OK, "{loaded}");
+    let main = loaded["metadata"]["current-snapshot-id"].clone();
+    // Any append: it is refused for the session's state before it is read.
+    let append = json!({
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": main}],
+        "updates": [],
+    });
+    let (status, refused) = call(
+        &app,
+        "POST",
+        &table_path,
+        Some(&token),
+        Some(&append.to_string()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("is failed") && message.contains("open a new upload"),
+        "{message}"
+    );
+}
