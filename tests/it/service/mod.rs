@@ -268,6 +268,23 @@ async fn complete(http: &reqwest::Client, api: &str, id: &str) {
     assert_eq!(response.status(), 202);
 }
 
+/// Completes upload `id` on the service at `api` and waits until it is
+/// promoted with `rows` rows.
+async fn complete_promoted(http: &reqwest::Client, api: &str, id: &str, rows: i64) {
+    complete(http, api, id).await;
+    let done = wait_state(
+        http,
+        &format!("{api}/uploads/{id}"),
+        &["promoted", "failed"],
+    )
+    .await;
+    assert_eq!(
+        (text(&done, "state"), done["rows"].as_i64()),
+        ("promoted".to_string(), Some(rows)),
+        "{done}"
+    );
+}
+
 async fn wait_state(client: &reqwest::Client, url: &str, states: &[&str]) -> Value {
     poll(url, states, || async {
         client

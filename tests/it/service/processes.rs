@@ -346,16 +346,5 @@ async fn iceberg_rust_s_rest_catalog_writes_an_upload() {
     insert_three(&ctx, &staging).await.unwrap();
 
     let id = text(&upload, "upload_id");
-    complete(&http, &service.url, &id).await;
-    let done = wait_state(
-        &http,
-        &format!("{}/uploads/{id}", service.url),
-        &["promoted", "failed"],
-    )
-    .await;
-    assert_eq!(
-        (text(&done, "state"), done["rows"].as_i64()),
-        ("promoted".to_string(), Some(3)),
-        "{done}"
-    );
+    complete_promoted(&http, &service.url, &id, 3).await;
 }

@@ -227,18 +227,7 @@ operations = ["upload", "download"]
     let staging = text(&upload, "staging_table");
     insert_three(&ctx, &staging).await.unwrap();
     let id = text(&upload, "upload_id");
-    complete(&http, &front.url, &id).await;
-    let done = wait_state(
-        &http,
-        &format!("{}/uploads/{id}", front.url),
-        &["promoted", "failed"],
-    )
-    .await;
-    assert_eq!(
-        (text(&done, "state"), done["rows"].as_i64()),
-        ("promoted".to_string(), Some(3)),
-        "{done}"
-    );
+    complete_promoted(&http, &front.url, &id, 3).await;
     assert_eq!(
         scalar(
             &warehouse.session().await,
