@@ -179,9 +179,28 @@ impl RestCommits {
         let adds_snapshot = updates
             .iter()
             .any(|u| matches!(u, TableUpdate::AddSnapshot { .. }));
+        let mut mark = None;
         if !adds_snapshot {
-            updates.extend(version_mark(base).await?);
+            let (path, mark_updates) = version_mark(base).await?;
+            updates.extend(mark_updates);
+            mark = Some(path);
         }
+        let committed = self.send(base, requirements, updates).await;
+        // A mark refused with its commit is referenced by nothing: remove it
+        // (best effort). Not after an error: the commit may have landed.
+        if let (Some(path), Ok(None)) = (&mark, &committed) {
+            let _ = base.file_io().delete(path).await;
+        }
+        committed
+    }
+
+    /// POSTs the commit; `None` on 409.
+    async fn send(
+        &self,
+        base: &Table,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> iceberg::Result<Option<Table>> {
         let ident = base.identifier().clone();
         let request = CommitTableRequest {
             identifier: Some(ident.clone()),
@@ -223,8 +242,8 @@ impl RestCommits {
 }
 
 /// The updates that move [`VERSION_REF`] of `base` to a new empty snapshot,
-/// whose manifest list is written now.
-async fn version_mark(base: &Table) -> iceberg::Result<Vec<TableUpdate>> {
+/// whose manifest list is written now (its path is returned with them).
+async fn version_mark(base: &Table) -> iceberg::Result<(String, Vec<TableUpdate>)> {
     let metadata: &TableMetadata = base.metadata();
     let parent = metadata
         .snapshot_for_ref(VERSION_REF)
@@ -268,7 +287,7 @@ async fn version_mark(base: &Table) -> iceberg::Result<Vec<TableUpdate>> {
         .with_parent_snapshot_id(parent)
         .with_sequence_number(sequence_number)
         .with_timestamp_ms(timestamp_ms)
-        .with_manifest_list(path)
+        .with_manifest_list(path.clone())
         .with_summary(Summary {
             operation: Operation::Append,
             additional_properties: HashMap::from([(
@@ -278,14 +297,17 @@ async fn version_mark(base: &Table) -> iceberg::Result<Vec<TableUpdate>> {
         })
         .with_schema_id(metadata.current_schema_id())
         .build();
-    Ok(vec![
-        TableUpdate::AddSnapshot { snapshot },
-        TableUpdate::SetSnapshotRef {
-            ref_name: VERSION_REF.to_string(),
-            reference: SnapshotReference::new(
-                snapshot_id,
-                SnapshotRetention::branch(None, None, None),
-            ),
-        },
-    ])
+    Ok((
+        path,
+        vec![
+            TableUpdate::AddSnapshot { snapshot },
+            TableUpdate::SetSnapshotRef {
+                ref_name: VERSION_REF.to_string(),
+                reference: SnapshotReference::new(
+                    snapshot_id,
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ],
+    ))
 }

@@ -456,6 +456,24 @@ operations = ["catalog"]
             now.metadata().properties().get("state").map(String::as_str),
             Some("promoting")
         );
+        // The refused commit's mark went with it: every mark file left is
+        // a snapshot of the table.
+        let metadata_dir = now
+            .metadata()
+            .location()
+            .trim_start_matches("file://")
+            .to_string();
+        let marks = std::fs::read_dir(format!("{metadata_dir}/metadata"))
+            .unwrap()
+            .filter(|f| {
+                f.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with("-icestage-version.avro")
+            })
+            .count();
+        assert_eq!(marks, now.metadata().snapshots().count());
         // From the version as it is now, a commit lands again.
         let third = lake
             .pointers()
