@@ -393,6 +393,19 @@ impl IcebergCatalog {
         }
     }
 
+    /// Where this catalog placed `table`, as far as icestage can tell
+    /// without asking it: the SQL catalog's rule, or for a REST catalog the
+    /// location it gave the table at creation (no client can move it:
+    /// icestage's REST catalog refuses `set-location`). `None` for S3
+    /// Tables, which reports each table's storage itself.
+    pub(crate) fn placed_location(&self, table: &Table) -> Option<String> {
+        match &self.kind {
+            CatalogKind::Sql { .. } => self.default_table_location(table.identifier()),
+            CatalogKind::Rest { .. } => Some(table.metadata().location().to_string()),
+            CatalogKind::S3Tables { .. } => None,
+        }
+    }
+
     /// Whether icestage can register metadata it wrote (keeping a target's
     /// field ids in a staging table). S3 Tables cannot.
     pub(crate) fn can_register_tables(&self) -> bool {
@@ -435,14 +448,8 @@ impl IcebergCatalog {
             }
             return Ok(());
         }
-        let location = match &self.kind {
-            CatalogKind::Sql { .. } => self.default_table_location(ident),
-            // The location the catalog gave the table: through icestage's
-            // REST catalog no client can move it (`set-location` is refused).
-            CatalogKind::Rest { .. } => Some(table.metadata().location().to_string()),
-            CatalogKind::S3Tables { .. } => None,
-        };
-        let Some(location) = location else {
+        // S3 Tables deleted the table's storage with it.
+        let Some(location) = self.placed_location(table) else {
             return Ok(());
         };
         confine::delete_confined(table, &location, removal).await
@@ -605,6 +612,17 @@ pub(crate) enum Removal {
     /// icestage and its cluster write (a download), whose location may hold
     /// files a retried task wrote and no commit references.
     Location,
+}
+
+/// A scan filter: `column` (a `timestamptz`) at or after `since`; files
+/// whose bounds lie before it are not read.
+pub(crate) fn at_or_after(
+    column: &str,
+    since: chrono::DateTime<chrono::Utc>,
+) -> iceberg::expr::Predicate {
+    iceberg::expr::Reference::new(column).greater_than_or_equal_to(
+        iceberg::spec::Datum::timestamptz_micros(since.timestamp_micros()),
+    )
 }
 
 /// Runs an async catalog call from a synchronous DataFusion callback

@@ -196,7 +196,7 @@ impl Catalog for ScopedCatalog {
         self.inner.register_table(table, metadata_location).await
     }
 
-    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
+    async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
         let Some((pointers, checked)) = &self.exact else {
             return self.inner.update_table(commit).await;
         };
@@ -212,7 +212,6 @@ impl Catalog for ScopedCatalog {
                     format!("internal: a commit to {ident} without a checked load before it"),
                 )
             })?;
-        let mut commit = commit;
         let (requirements, updates) = (commit.take_requirements(), commit.take_updates());
         match pointers.commit(&base, requirements, updates).await? {
             Some(committed) => Ok(committed),

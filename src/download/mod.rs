@@ -226,7 +226,7 @@ impl Download {
     /// metadata's location where the catalog places tables itself).
     pub(crate) fn assigned_location(&self) -> String {
         self.catalog
-            .default_table_location(self.table.identifier())
+            .placed_location(&self.table)
             .unwrap_or_else(|| self.table.metadata().location().to_string())
     }
 

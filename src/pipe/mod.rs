@@ -809,18 +809,12 @@ pub(crate) async fn runs_since(
     use datafusion::arrow::compute::cast;
     use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
     use futures::TryStreamExt;
-    use iceberg::expr::Reference;
-    use iceberg::spec::Datum;
-
     let mut records = vec![];
     for pipe in list(icestage).await? {
         let batches: Vec<datafusion::arrow::array::RecordBatch> = pipe
             .table
             .scan()
-            .with_filter(
-                Reference::new("finished_at")
-                    .greater_than_or_equal_to(Datum::timestamptz_micros(since.timestamp_micros())),
-            )
+            .with_filter(crate::catalog::at_or_after("finished_at", since))
             .build()?
             .to_arrow()
             .await?

@@ -85,6 +85,19 @@ impl CatalogView {
         )
     }
 
+    /// 403 for creating `what` outside the token's reach.
+    fn may_not_create(&self, what: &str) -> RestError {
+        RestError::new(
+            StatusCode::FORBIDDEN,
+            "ForbiddenException",
+            format!(
+                "token '{}' may not create {what}: its tables are {}",
+                self.token.name,
+                self.token.tables.join(", ")
+            ),
+        )
+    }
+
     fn visible_namespace(&self, namespace: &NamespaceIdent) -> ViewResult<()> {
         if self.token.reaches_namespace(&dotted(namespace)) {
             Ok(())
@@ -141,16 +154,7 @@ impl CatalogView {
     ) -> ViewResult<NamespaceResponse> {
         let namespace = request.namespace;
         if !self.token.reaches_namespace(&dotted(&namespace)) {
-            return Err(RestError::new(
-                StatusCode::FORBIDDEN,
-                "ForbiddenException",
-                format!(
-                    "token '{}' may not create namespace {}: its tables are {}",
-                    self.token.name,
-                    dotted(&namespace),
-                    self.token.tables.join(", ")
-                ),
-            ));
+            return Err(self.may_not_create(&format!("namespace {}", dotted(&namespace))));
         }
         let created = self
             .catalog
@@ -231,15 +235,7 @@ impl CatalogView {
     ) -> ViewResult<LoadTableResult> {
         let ident = TableIdent::new(namespace.clone(), request.name.clone());
         if self.visible_table(&ident).is_err() {
-            return Err(RestError::new(
-                StatusCode::FORBIDDEN,
-                "ForbiddenException",
-                format!(
-                    "token '{}' may not create table {ident}: its tables are {}",
-                    self.token.name,
-                    self.token.tables.join(", ")
-                ),
-            ));
+            return Err(self.may_not_create(&format!("table {ident}")));
         }
         let bad = |message: String| {
             RestError::new(StatusCode::BAD_REQUEST, "BadRequestException", message)
@@ -282,7 +278,7 @@ impl CatalogView {
     }
 
     pub(crate) async fn drop_table(&self, ident: &TableIdent, purge: bool) -> ViewResult<()> {
-        self.table(ident).await?;
+        self.table_exists(ident).await?;
         let catalog = self.catalog.catalog();
         let dropped = if purge {
             catalog.purge_table(ident).await
@@ -348,7 +344,7 @@ impl CatalogView {
     /// No storage credentials: a catalog token's holder brings its own
     /// storage access (a local warehouse needs none).
     pub(crate) async fn credentials(&self, ident: &TableIdent) -> ViewResult<serde_json::Value> {
-        self.table(ident).await?;
+        self.table_exists(ident).await?;
         Ok(serde_json::json!({"storage-credentials": []}))
     }
 }

@@ -125,8 +125,6 @@ impl AppState {
         })
     }
 
-    /// Takes one request from `key`'s token bucket (requests_per_minute,
-    /// refilled continuously); `Some(seconds to wait)` when it is empty.
     /// The API token whose secret is `presented`. Every token is compared,
     /// in constant time, as a fixed-length hash: neither the match's
     /// position nor the secret's length shows in the time taken.
@@ -141,6 +139,8 @@ impl AppState {
         found.cloned()
     }
 
+    /// Takes one request from `key`'s token bucket (requests_per_minute,
+    /// refilled continuously); `Some(seconds to wait)` when it is empty.
     pub(crate) fn admit(&self, key: &str) -> Option<u64> {
         let rate = f64::from(self.0.config.service.requests_per_minute.max(1));
         let mut buckets = self.0.buckets.lock().expect("buckets");

@@ -19,8 +19,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
 use futures::TryStreamExt;
 use hmac::{Hmac, Mac};
-use iceberg::expr::Reference;
-use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, Type};
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 use serde_json::{Value, json};
@@ -161,10 +160,7 @@ async fn delivered(
     let table = deliveries(state).await?;
     let mut scan = table.scan().select(["event_id"]);
     if let Some(since) = since {
-        scan = scan.with_filter(
-            Reference::new("delivered_at")
-                .greater_than_or_equal_to(Datum::timestamptz_micros(since.timestamp_micros())),
-        );
+        scan = scan.with_filter(crate::catalog::at_or_after("delivered_at", since));
     }
     let batches: Vec<RecordBatch> = scan.build()?.to_arrow().await?.try_collect().await?;
     let mut ids = HashSet::new();

@@ -200,15 +200,15 @@ async fn read<S: FromStr<Err = Error>>(
         named(TARGET_FIELD, log.target),
         named(STAGING_FIELD, log.staging),
     ];
+    // One filter (a second `with_filter` would replace the first).
+    let by_id = id.map(|id| Reference::new(names[0].clone()).equal_to(Datum::string(id)));
+    let recent = since.map(|since| crate::catalog::at_or_after("recorded_at", since));
     let mut scan = table.scan();
-    if let Some(id) = id {
-        scan = scan.with_filter(Reference::new(names[0].clone()).equal_to(Datum::string(id)));
-    }
-    if let Some(since) = since {
-        scan = scan.with_filter(
-            Reference::new("recorded_at")
-                .greater_than_or_equal_to(Datum::timestamptz_micros(since.timestamp_micros())),
-        );
+    if let Some(filter) = match (by_id, recent) {
+        (Some(a), Some(b)) => Some(a.and(b)),
+        (a, b) => a.or(b),
+    } {
+        scan = scan.with_filter(filter);
     }
     let batches: Vec<RecordBatch> = scan.build()?.to_arrow().await?.try_collect().await?;
     let mut records = vec![];
@@ -522,10 +522,7 @@ mod tests {
         let table = log_table(&catalog, UPLOADS).await.unwrap();
         let planned = table
             .scan()
-            .with_filter(
-                Reference::new("recorded_at")
-                    .greater_than_or_equal_to(Datum::timestamptz_micros(since.timestamp_micros())),
-            )
+            .with_filter(crate::catalog::at_or_after("recorded_at", since))
             .build()
             .unwrap()
             .plan_files()

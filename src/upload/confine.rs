@@ -11,20 +11,14 @@ use crate::catalog::confine::{canonical, is_under, metadata_paths};
 use crate::error::{Error, Result};
 
 /// Where icestage placed the staging table of `staging`: by the catalog's
-/// rule, or as the catalog reports it; never from the table's metadata.
+/// rule, or as the catalog reports it ([`IcebergCatalog::placed_location`]
+/// says where a client's metadata cannot have moved it).
+///
+/// [`IcebergCatalog::placed_location`]: crate::catalog::IcebergCatalog::placed_location
 pub(crate) async fn assigned_location(staging: &Staging) -> Result<String> {
     let ident = staging.table.identifier();
-    if let Some(location) = staging.catalog.default_table_location(ident) {
+    if let Some(location) = staging.catalog.placed_location(&staging.table) {
         return Ok(location);
-    }
-    // A REST catalog placed the table when icestage created it; a client
-    // reaches it only through icestage's REST catalog, which refuses
-    // `set-location`, so the location is still the one assigned.
-    if matches!(
-        staging.catalog.kind(),
-        crate::catalog::CatalogKind::Rest { .. }
-    ) {
-        return Ok(staging.table.metadata().location().to_string());
     }
     staging
         .catalog
