@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use iceberg::spec::{DataFile, SnapshotRef};
@@ -72,15 +73,14 @@ where
     }
 }
 
-/// One snapshot appending `files` to `base`, with `properties` in its
-/// summary. It skips iceberg's duplicate-file check, which reads every
+/// `tx` with one more snapshot appending `files`, with `properties` in
+/// its summary. It skips iceberg's duplicate-file check, which reads every
 /// manifest of the table on each attempt: the callers' files are new.
-fn append(
-    base: &Table,
+fn with_append(
+    tx: Transaction,
     files: &[DataFile],
     properties: HashMap<String, String>,
 ) -> Result<Transaction> {
-    let tx = Transaction::new(base);
     Ok(tx
         .fast_append()
         .with_check_duplicate(false)
@@ -104,9 +104,11 @@ pub(crate) async fn append_files(
     let _turn = catalog.exclusive(&table.identifier().to_string()).await;
     let exact = catalog.exact();
     retrying(|| async {
-        Ok(append(table, &files, HashMap::new())?
-            .commit(&exact)
-            .await?)
+        Ok(
+            with_append(Transaction::new(table), &files, HashMap::new())?
+                .commit(&exact)
+                .await?,
+        )
     })
     .await
 }
@@ -166,12 +168,17 @@ pub(crate) async fn commit_expiry(
 /// Snapshots an icestage-owned table keeps (see [`trim_snapshots`]).
 const KEPT_SNAPSHOTS: usize = 10;
 
+/// Whether [`trim_snapshots`] would expire snapshots of `table`.
+pub(crate) fn trim_due(table: &Table) -> bool {
+    table.metadata().snapshots().count() > 2 * KEPT_SNAPSHOTS
+}
+
 /// Expires all but the last [`KEPT_SNAPSHOTS`] snapshots of `table`, one of
 /// icestage's own append-only tables, once it has twice as many, and deletes
 /// what only they held ([`delete_expired_files`]). A concurrent commit wins;
 /// the trim is left to the next append.
 pub(crate) async fn trim_snapshots(catalog: &IcebergCatalog, table: &Table) -> Result<()> {
-    if table.metadata().snapshots().count() <= 2 * KEPT_SNAPSHOTS {
+    if !trim_due(table) {
         return Ok(());
     }
     let tx = Transaction::new(table);
@@ -201,9 +208,26 @@ pub(crate) fn summary_count(snapshot: Option<&SnapshotRef>, key: &str) -> Option
 
 const ALREADY_COMMITTED: &str = "these files were already committed to this table";
 
+/// An exactly-once append: `files` in one snapshot carrying `key = value`.
+#[derive(Clone)]
+pub(crate) struct OnceAppend {
+    files: Vec<DataFile>,
+    key: String,
+    value: String,
+}
+
+/// Most exactly-once appends one commit carries ([`append_once`]): bounds
+/// the size of one metadata update.
+pub(crate) const APPENDS_PER_COMMIT: usize = 64;
+
 /// Appends `files` to `table` in one snapshot carrying `key = value`, unless
 /// a snapshot with that property exists. Returns the snapshot that holds
 /// them and whether this call committed it.
+///
+/// Appends of this process that queue for one table go in one commit (a
+/// group commit, [`super::group`]): one new version of the table carrying
+/// one snapshot per append, each with its own evidence, committed only on a
+/// version that holds none of them.
 pub(crate) async fn append_once(
     catalog: &IcebergCatalog,
     table: &Table,
@@ -211,12 +235,50 @@ pub(crate) async fn append_once(
     key: &str,
     value: &str,
 ) -> Result<(i64, bool)> {
-    append_once_guarded(catalog, table, files, key, value, None).await
+    let append = OnceAppend {
+        files,
+        key: key.to_string(),
+        value: value.to_string(),
+    };
+    // Boxed, as below: a grouped commit nests deep, and callers nest it
+    // in their own futures (an embedder's too).
+    let grouped = Box::pin(catalog.local().once_appends.join(
+        &catalog.local().turns,
+        &table.identifier().to_string(),
+        append.clone(),
+        |members| async move {
+            let appends: Vec<OnceAppend> = members.iter().map(|m| m.work.clone()).collect();
+            match commit_once(catalog, table, &appends, None).await {
+                Ok(answers) => {
+                    for (member, answer) in members.into_iter().zip(answers) {
+                        member.answer(Some(answer));
+                    }
+                }
+                // Each meets its own error, or succeeds, alone.
+                Err(_) => members.into_iter().for_each(|m| m.answer(None)),
+            }
+        },
+    ))
+    .await;
+    match grouped {
+        Some(answer) => Ok(answer),
+        None => {
+            Box::pin(append_once_guarded(
+                catalog,
+                table,
+                append.files,
+                key,
+                value,
+                None,
+            ))
+            .await
+        }
+    }
 }
 
 /// [`append_once`], with `guard` run on every version the commit would land
 /// on as well (after the evidence check): an error from it stops the commit
-/// and is returned.
+/// and is returned. Not grouped: the guard speaks for this append alone.
 pub(crate) async fn append_once_guarded(
     catalog: &IcebergCatalog,
     table: &Table,
@@ -225,50 +287,96 @@ pub(crate) async fn append_once_guarded(
     value: &str,
     guard: Option<LoadCheck>,
 ) -> Result<(i64, bool)> {
-    let (check_key, check_value) = (key.to_string(), value.to_string());
-    let evidence =
-        load_check(
-            move |table: &Table| match snapshot_with(table, &check_key, &check_value) {
-                Some(_) => Err(iceberg::Error::new(
-                    iceberg::ErrorKind::DataInvalid,
-                    ALREADY_COMMITTED,
-                )),
-                None => Ok(()),
-            },
-        );
-    let check = match guard {
-        Some(guard) => both(evidence, guard),
-        None => evidence,
+    let append = OnceAppend {
+        files,
+        key: key.to_string(),
+        value: value.to_string(),
     };
+    let mut answers = commit_once(catalog, table, &[append], guard).await?;
+    Ok(answers.remove(0))
+}
+
+/// Commits each of `appends` to `table` exactly once, together; for each,
+/// the snapshot holding it and whether this call committed it.
+///
+/// The commit runs through a catalog that looks for every pending append's
+/// evidence each time the table is loaded (and runs `guard`), and lands only
+/// on the version it loaded, so none of iceberg's retries can append twice.
+/// After any answer, including a lost one, the table is loaded again and the
+/// evidence decides: appends found there are answered, the rest tried again.
+async fn commit_once(
+    catalog: &IcebergCatalog,
+    table: &Table,
+    appends: &[OnceAppend],
+    guard: Option<LoadCheck>,
+) -> Result<Vec<(i64, bool)>> {
     // Commits of this process to one table take turns; other processes are
     // met by retries.
     let _turn = catalog.exclusive(&table.identifier().to_string()).await;
-    let guarded = catalog.exact().check_on_load(check);
-    let catalog = catalog.catalog();
+    let mut answers: Vec<Option<(i64, bool)>> = vec![None; appends.len()];
     let mut base = table.clone();
     let mut attempt = 0u32;
     loop {
-        let tx = append(
-            &base,
-            &files,
-            HashMap::from([(key.to_string(), value.to_string())]),
-        )?;
-        let result = tx.commit(&guarded).await;
-        let current = catalog.load_table(table.identifier()).await?;
-        if let Some(snapshot_id) = snapshot_with(&current, key, value) {
-            let committed_here = matches!(
-                &result,
-                Ok(committed) if snapshot_with(committed, key, value) == Some(snapshot_id)
-            );
-            return Ok((snapshot_id, committed_here));
+        let pending: Vec<&OnceAppend> = appends
+            .iter()
+            .zip(&answers)
+            .filter(|(_, answer)| answer.is_none())
+            .map(|(append, _)| append)
+            .collect();
+        let wanted: Vec<(String, String)> = pending
+            .iter()
+            .map(|a| (a.key.clone(), a.value.clone()))
+            .collect();
+        let evidence = load_check(move |table: &Table| {
+            match wanted
+                .iter()
+                .any(|(key, value)| snapshot_with(table, key, value).is_some())
+            {
+                true => Err(iceberg::Error::new(
+                    iceberg::ErrorKind::DataInvalid,
+                    ALREADY_COMMITTED,
+                )),
+                false => Ok(()),
+            }
+        });
+        let check = match &guard {
+            Some(guard) => both(evidence, Arc::clone(guard)),
+            None => evidence,
+        };
+        let mut tx = Transaction::new(&base);
+        for append in &pending {
+            let evidence = HashMap::from([(append.key.clone(), append.value.clone())]);
+            tx = with_append(tx, &append.files, evidence)?;
+        }
+        let result = tx.commit(&catalog.exact().check_on_load(check)).await;
+        let current = catalog.catalog().load_table(table.identifier()).await?;
+        let mut found = false;
+        for (append, answer) in appends.iter().zip(answers.iter_mut()) {
+            if answer.is_some() {
+                continue;
+            }
+            if let Some(snapshot_id) = snapshot_with(&current, &append.key, &append.value) {
+                let committed_here = matches!(
+                    &result,
+                    Ok(committed)
+                        if snapshot_with(committed, &append.key, &append.value) == Some(snapshot_id)
+                );
+                *answer = Some((snapshot_id, committed_here));
+                found = true;
+            }
+        }
+        if answers.iter().all(Option::is_some) {
+            return Ok(answers.into_iter().flatten().collect());
         }
         match result {
             Ok(_) => {
                 return Err(Error::invalid(format!(
-                    "internal: the commit to {} succeeded but it holds no snapshot with {key}={value}",
+                    "internal: the commit to {} succeeded but it holds no snapshot with the evidence of every append",
                     table.identifier()
                 )));
             }
+            // Some were committed elsewhere meanwhile: the rest go again.
+            Err(_) if found => base = current,
             Err(e) if retry(&e, attempt) => {
                 attempt += 1;
                 tokio::time::sleep(jitter(attempt)).await;
@@ -407,5 +515,43 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(now.metadata().snapshots().count(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_that_queue_for_a_table_share_one_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, table) = embedded(dir.path()).await;
+        let ident = table.identifier();
+        let (earlier, _) = append_once(&catalog, &table, vec![], "upload-id", "u1")
+            .await
+            .unwrap();
+        let before = catalog.catalog().load_table(ident).await.unwrap();
+
+        // Four appends queue while the table's group is busy; one of them
+        // (u1) landed before.
+        let local = catalog.local();
+        let busy = local
+            .turns
+            .exclusive(&local.once_appends.turn(&ident.to_string()))
+            .await;
+        let ids = ["u1", "u2", "u3", "u4"];
+        let appends = ids
+            .iter()
+            .map(|id| append_once(&catalog, &table, vec![], "upload-id", id));
+        let (answers, ()) = tokio::join!(futures::future::join_all(appends), async { drop(busy) });
+        let answers: Vec<(i64, bool)> = answers.into_iter().map(Result::unwrap).collect();
+
+        let after = catalog.catalog().load_table(ident).await.unwrap();
+        assert_eq!(answers[0], (earlier, false), "u1 is not appended again");
+        for (id, (snapshot_id, committed)) in ids.iter().zip(&answers).skip(1) {
+            assert!(committed, "{id}");
+            assert_eq!(snapshot_with(&after, "upload-id", id), Some(*snapshot_id));
+        }
+        // One snapshot per upload, the three new ones in one new version.
+        assert_eq!(after.metadata().snapshots().count(), 4);
+        assert_eq!(
+            after.metadata().metadata_log().len(),
+            before.metadata().metadata_log().len() + 1
+        );
     }
 }

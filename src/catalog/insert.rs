@@ -31,7 +31,7 @@ use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::table::Table;
 
 use super::IcebergCatalog;
-use super::commit::{append_files, trim_snapshots};
+use super::commit::{append_files, trim_due, trim_snapshots};
 use super::compact::{MERGED_AT, MERGED_ENTRIES, rewrite_manifests};
 use crate::catalog::writer::{write_partitions, write_rows};
 use crate::error::Result;
@@ -157,8 +157,39 @@ pub(crate) async fn insert_into(
 }
 
 /// Appends `rows` (a few log rows, values in the order of the table's
-/// columns) to `table` in one commit.
+/// columns) to `table`, one of icestage's own tables. The rows of this
+/// process's appends that queue for one table go in one commit (a group
+/// commit, [`super::group`]).
 pub(crate) async fn append_rows(
+    catalog: &IcebergCatalog,
+    table: &Table,
+    rows: &[Vec<Value>],
+) -> Result<()> {
+    let local = catalog.local();
+    // Boxed, as in `append_once`: a grouped commit nests deep.
+    let grouped = Box::pin(local.row_appends.join(
+        &local.turns,
+        &table.identifier().to_string(),
+        rows.to_vec(),
+        |members| async move {
+            let all: Vec<Vec<Value>> = members
+                .iter()
+                .flat_map(|m| m.work.iter().cloned())
+                .collect();
+            let done = append_rows_alone(catalog, table, &all).await.ok();
+            // On an error, each member meets its own alone.
+            members.into_iter().for_each(|m| m.answer(done));
+        },
+    ))
+    .await;
+    match grouped {
+        Some(()) => Ok(()),
+        None => Box::pin(append_rows_alone(catalog, table, rows)).await,
+    }
+}
+
+/// [`append_rows`] in a commit of its own.
+async fn append_rows_alone(
     catalog: &IcebergCatalog,
     table: &Table,
     rows: &[Vec<Value>],
@@ -168,16 +199,37 @@ pub(crate) async fn append_rows(
     let rows = futures::stream::iter([batch(schema, rows)]);
     let files = write_rows(table, &prefix, rows).await?;
     let appended = append_files(catalog, table, files).await?;
-    trim_snapshots(catalog, &appended).await?;
-    // Now and then, the one-manifest-per-append is merged into manifests
-    // of a bounded size, sorted by partition: a lookup by the partition
-    // column reads the manifest list and the manifests holding that value,
-    // however long the table is. A merge is due after a twentieth of the
-    // entries merged last time (at least a hundred) were appended, so its
-    // cost per append stays constant. A concurrent commit wins; the next
-    // append merges.
-    if merge_due(&appended) {
-        match rewrite_manifests(catalog, &appended, Some(ENTRIES_PER_MANIFEST)).await {
+    tidy(catalog, appended).await
+}
+
+/// The upkeep of an icestage-owned table after an append: old snapshots
+/// expired ([`trim_snapshots`]) and, now and then, the
+/// one-manifest-per-append merged into manifests of a bounded size, sorted
+/// by partition: a lookup by the partition column reads the manifest list
+/// and the manifests holding that value, however long the table is. A merge
+/// is due after a twentieth of the entries merged last time (at least a
+/// hundred) were appended, so its cost per append stays constant.
+///
+/// Every append finds the upkeep due until it lands, and under load many
+/// append at once: one caller per table in this process does it (with the
+/// table loaded again, in case another just did), the others leave it to
+/// that one. A concurrent commit from elsewhere wins; the next append does
+/// it.
+async fn tidy(catalog: &IcebergCatalog, appended: Table) -> Result<()> {
+    if !trim_due(&appended) && !merge_due(&appended) {
+        return Ok(());
+    }
+    let ident = appended.identifier().clone();
+    let Some(_upkeep) = catalog.try_exclusive(&format!("{ident} upkeep")) else {
+        return Ok(());
+    };
+    let mut table = catalog.catalog().load_table(&ident).await?;
+    if trim_due(&table) {
+        trim_snapshots(catalog, &table).await?;
+        table = catalog.catalog().load_table(&ident).await?;
+    }
+    if merge_due(&table) {
+        match rewrite_manifests(catalog, &table, Some(ENTRIES_PER_MANIFEST)).await {
             Ok(_) | Err(crate::error::Error::Conflict(_)) => {}
             Err(e) => return Err(e),
         }

@@ -10,6 +10,7 @@ pub(crate) mod append;
 pub(crate) mod commit;
 pub(crate) mod compact;
 pub(crate) mod confine;
+pub(crate) mod group;
 pub(crate) mod insert;
 pub(crate) mod manifest;
 pub(crate) mod pointer;
@@ -71,8 +72,8 @@ pub struct IcebergCatalog {
     aws: AwsSettings,
     /// Properties a third-party client (PyIceberg `load_catalog`) needs.
     client_properties: BTreeMap<String, String>,
-    /// Per-table turns for this process's commits (see [`Self::exclusive`]).
-    turns: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per-table turns and group commits of this process ([`group`]).
+    local: group::Local,
     /// Compare-and-swap of table pointers, for commits that must land on the
     /// version they checked.
     pointers: pointer::PointerStore,
@@ -179,7 +180,7 @@ impl IcebergCatalog {
             kind: CatalogKind::Sql { uri, warehouse },
             aws,
             client_properties,
-            turns: Default::default(),
+            local: Default::default(),
             seal_key: Default::default(),
         })
     }
@@ -236,7 +237,7 @@ impl IcebergCatalog {
             },
             aws,
             client_properties,
-            turns: Default::default(),
+            local: Default::default(),
             pointers,
             seal_key: Default::default(),
         })
@@ -311,7 +312,7 @@ impl IcebergCatalog {
             kind: CatalogKind::Rest { uri, warehouse },
             aws,
             client_properties,
-            turns: Default::default(),
+            local: Default::default(),
             seal_key: Default::default(),
         })
     }
@@ -349,11 +350,20 @@ impl IcebergCatalog {
     /// A turn at committing to `key` (a table): this process's commits to
     /// one table wait for each other instead of conflicting and retrying.
     pub(crate) async fn exclusive(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = {
-            let mut turns = self.turns.lock().expect("turns");
-            Arc::clone(turns.entry(key.to_string()).or_default())
-        };
-        lock.lock_owned().await
+        self.local.turns.exclusive(key).await
+    }
+
+    /// A turn at `key` if no one in this process holds it now: for work
+    /// that one process needs to do once however many callers find it due
+    /// (merging a log's manifests), where a caller that finds it taken
+    /// leaves it to the holder.
+    pub(crate) fn try_exclusive(&self, key: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.local.turns.try_exclusive(key)
+    }
+
+    /// This process's turns, and the queues of its group commits.
+    pub(crate) fn local(&self) -> &group::Local {
+        &self.local
     }
 
     /// Where the sealing key is kept once read.

@@ -26,6 +26,7 @@ use futures::future::BoxFuture;
 use iceberg::table::Table;
 use iceberg::{
     Catalog, ErrorKind, Namespace, NamespaceIdent, Result, TableCommit, TableCreation, TableIdent,
+    TableRequirement,
 };
 
 use super::pointer::PointerStore;
@@ -212,7 +213,10 @@ impl Catalog for ScopedCatalog {
                     format!("internal: a commit to {ident} without a checked load before it"),
                 )
             })?;
-        let (requirements, updates) = (commit.take_requirements(), commit.take_updates());
+        let (requirements, updates) = (
+            first_per_ref(commit.take_requirements()),
+            commit.take_updates(),
+        );
         match pointers.commit(&base, requirements, updates).await? {
             Some(committed) => Ok(committed),
             None => Err(iceberg::Error::new(
@@ -222,4 +226,20 @@ impl Catalog for ScopedCatalog {
             .with_retryable(true)),
         }
     }
+}
+
+/// `requirements` with only the first requirement on each ref's snapshot.
+/// A transaction of several snapshots (a group commit) asks for each
+/// snapshot's parent in turn; iceberg checked every later one against the
+/// metadata the earlier ones produced, and the commit lands on exactly the
+/// version checked, so the first is the one that speaks of that version.
+fn first_per_ref(requirements: Vec<TableRequirement>) -> Vec<TableRequirement> {
+    let mut seen = std::collections::HashSet::new();
+    requirements
+        .into_iter()
+        .filter(|requirement| match requirement {
+            TableRequirement::RefSnapshotIdMatch { r#ref, .. } => seen.insert(r#ref.clone()),
+            _ => true,
+        })
+        .collect()
 }

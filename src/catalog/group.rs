@@ -1,0 +1,155 @@
+//! Group commit: work for one table that queues behind this process's turn
+//! at that table goes in one catalog commit.
+//!
+//! Each caller puts its work in the table's queue, then waits for the
+//! table's turn. Whoever gets the turn takes everything queued (up to a
+//! bound) and does it in one commit, answering each member; a member whose
+//! work was taken by an earlier turn finds its answer waiting. Under load,
+//! the commits that used to run one after another (each reading, writing
+//! and swapping the table's metadata) become one per turn, however many
+//! callers wait.
+//!
+//! A member is answered `None` when it should do its work alone: the group
+//! commit failed (each member then meets its own error, or succeeds), or
+//! the member that took the turn was cancelled before it answered. The
+//! work's own checks must make doing it alone after a group safe (the
+//! exactly-once evidence of [`super::commit::append_once`]).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedMutexGuard, oneshot};
+
+use super::commit::{APPENDS_PER_COMMIT, OnceAppend};
+use crate::rows::Value;
+
+/// Most members whose log rows one append carries.
+const ROW_APPENDS_PER_COMMIT: usize = 256;
+
+/// What one process coordinates about its commits to a catalog's tables.
+pub(crate) struct Local {
+    pub(crate) turns: Turns,
+    /// Exactly-once appends waiting for a table ([`super::commit::append_once`]).
+    pub(crate) once_appends: Groups<OnceAppend, (i64, bool)>,
+    /// Rows waiting for one of icestage's own tables ([`super::insert::append_rows`]).
+    pub(crate) row_appends: Groups<Vec<Vec<Value>>, ()>,
+}
+
+impl Default for Local {
+    fn default() -> Self {
+        Self {
+            turns: Turns::default(),
+            once_appends: Groups::new("appends", APPENDS_PER_COMMIT),
+            row_appends: Groups::new("rows", ROW_APPENDS_PER_COMMIT),
+        }
+    }
+}
+
+/// Named turns: this process's commits to one table wait for each other
+/// instead of conflicting and retrying.
+#[derive(Default)]
+pub(crate) struct Turns(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl Turns {
+    fn lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.0.lock().expect("turns");
+        Arc::clone(turns.entry(key.to_string()).or_default())
+    }
+
+    /// The turn at `key`, once the holders before this caller are done.
+    pub(crate) async fn exclusive(&self, key: &str) -> OwnedMutexGuard<()> {
+        self.lock(key).lock_owned().await
+    }
+
+    /// The turn at `key` if no one holds it now.
+    pub(crate) fn try_exclusive(&self, key: &str) -> Option<OwnedMutexGuard<()>> {
+        self.lock(key).try_lock_owned().ok()
+    }
+}
+
+/// One queued piece of work and where its answer goes.
+pub(crate) struct Member<T, A> {
+    pub(crate) work: T,
+    answer: oneshot::Sender<Option<A>>,
+}
+
+impl<T, A> Member<T, A> {
+    /// Answers this member (`None`: do it alone).
+    pub(crate) fn answer(self, answer: Option<A>) {
+        // A member that stopped waiting (cancelled) needs no answer.
+        let _ = self.answer.send(answer);
+    }
+}
+
+/// The queues of one kind of work, per table.
+pub(crate) struct Groups<T, A> {
+    /// What the turn's name adds to the table's, so that a group's turn is
+    /// not the per-table turn its commit itself takes.
+    kind: &'static str,
+    /// Most members one commit takes.
+    most: usize,
+    queued: Mutex<HashMap<String, Vec<Member<T, A>>>>,
+}
+
+impl<T, A> Groups<T, A> {
+    pub(crate) fn new(kind: &'static str, most: usize) -> Self {
+        Self {
+            kind,
+            most: most.max(1),
+            queued: Mutex::default(),
+        }
+    }
+
+    /// Queues `work` for `table` and waits for its answer: led by this
+    /// caller (`lead` does the members' work and answers each) if its work is
+    /// still queued when its turn comes. `None`: do it alone.
+    pub(crate) async fn join<F, Fut>(
+        &self,
+        turns: &Turns,
+        table: &str,
+        work: T,
+        lead: F,
+    ) -> Option<A>
+    where
+        F: FnOnce(Vec<Member<T, A>>) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let (answer, answered) = oneshot::channel();
+        self.queued
+            .lock()
+            .expect("queued")
+            .entry(table.to_string())
+            .or_default()
+            .push(Member { work, answer });
+        {
+            let _turn = turns.exclusive(&self.turn(table)).await;
+            let members = self.take(table);
+            if !members.is_empty() {
+                // Boxed: the leader's work nests the whole commit's future
+                // inside each caller's.
+                Box::pin(lead(members)).await;
+            }
+        }
+        answered.await.ok().flatten()
+    }
+
+    /// The name of the turn that leads `table`'s group.
+    pub(crate) fn turn(&self, table: &str) -> String {
+        format!("{table} {}", self.kind)
+    }
+
+    /// The oldest queued members of `table`, at most [`Self::most`].
+    fn take(&self, table: &str) -> Vec<Member<T, A>> {
+        let mut queued = self.queued.lock().expect("queued");
+        let Some(waiting) = queued.get_mut(table) else {
+            return vec![];
+        };
+        let rest = waiting.split_off(waiting.len().min(self.most));
+        let taken = std::mem::replace(waiting, rest);
+        if waiting.is_empty() {
+            queued.remove(table);
+        }
+        taken
+    }
+}
