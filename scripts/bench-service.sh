@@ -2,7 +2,9 @@
 # The service load test (200 upload sessions at once into one target through
 # the API, every batch landing exactly once) against a release build of
 # `icestage serve`: prints throughput and p50/p99/max latency per endpoint.
-# The clients (HTTP and the Iceberg writes) run in the debug test binary.
+# The clients (HTTP and the Iceberg writes through DataFusion) run in the
+# test binary, built with the release profile too: a debug build of them
+# takes as much CPU as the service, on the same 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cargo-env.sh
@@ -10,4 +12,4 @@ cd "$(dirname "$0")/.."
 cargo build --release --locked --bin icestage
 echo "==> load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 ICESTAGE_SERVE_BIN="$CARGO_TARGET_DIR/release/icestage" \
-    cargo test --locked --test it service::load::two_hundred_concurrent_upload_sessions -- --nocapture
+    cargo test --release --locked --test it service::load::two_hundred_concurrent_upload_sessions -- --nocapture

@@ -7,6 +7,7 @@
 //! every attempt; [`ddl`] turns `CREATE TABLE` into an Iceberg table.
 
 pub(crate) mod append;
+pub(crate) mod cache;
 pub(crate) mod commit;
 pub(crate) mod compact;
 pub(crate) mod confine;
@@ -173,10 +174,14 @@ impl IcebergCatalog {
                 client_properties.insert("s3.endpoint".to_string(), endpoint.clone());
             }
         }
+        let pointers = pointer::PointerStore::sql(&uri, &config.name);
         Ok(Self {
             name: config.name.clone(),
-            catalog: Arc::new(catalog),
-            pointers: pointer::PointerStore::sql(&uri, &config.name),
+            catalog: Arc::new(cache::CachedTables::new(
+                Arc::new(catalog),
+                pointers.clone(),
+            )),
+            pointers,
             kind: CatalogKind::Sql { uri, warehouse },
             aws,
             client_properties,

@@ -102,6 +102,25 @@ impl PointerStore {
         }
     }
 
+    /// Where the SQL catalog's pointer of `table` points now (`None`: no
+    /// such table, or a store that is not SQLite).
+    pub(crate) async fn location(&self, table: &TableIdent) -> iceberg::Result<Option<String>> {
+        let Self::Sqlite { pool, catalog_name } = self else {
+            return Ok(None);
+        };
+        sqlx::query_scalar(
+            "SELECT metadata_location FROM iceberg_tables \
+             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \
+             AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
+        )
+        .bind(catalog_name.clone())
+        .bind(table.namespace().join("."))
+        .bind(table.name().to_string())
+        .fetch_optional(pool)
+        .await
+        .map_err(|e| unexpected(format!("cannot read the pointer of {table}: {e}")))
+    }
+
     /// Commits `updates` to `base`'s table if, and only if, the catalog still
     /// holds `base`'s version and `requirements` hold there: the table as
     /// committed, or `None` when another process committed first. A failed
