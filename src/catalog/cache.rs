@@ -8,11 +8,10 @@
 //! load, so a load is exactly as fresh as without the cache.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use async_trait::async_trait;
 use iceberg::table::Table;
-use iceberg::{Catalog, Namespace, NamespaceIdent, Result, TableCommit, TableCreation, TableIdent};
+use iceberg::{Catalog, Result, TableIdent};
 
 use super::pointer::PointerStore;
 
@@ -20,10 +19,10 @@ use super::pointer::PointerStore;
 /// keeps what it read of its manifests in iceberg's own bounded cache.
 const MOST_TABLES: usize = 256;
 
-/// `inner` with the tables it loaded kept (see the module documentation).
+/// The tables a catalog loaded, kept (see the module documentation); used
+/// by [`super::scoped::ScopedCatalog::keeping_tables`].
 #[derive(Debug)]
-pub(crate) struct CachedTables {
-    inner: Arc<dyn Catalog>,
+pub(crate) struct KeptTables {
     pointers: PointerStore,
     kept: Mutex<Kept>,
 }
@@ -63,11 +62,10 @@ impl Kept {
     }
 }
 
-impl CachedTables {
-    /// Keeps the tables `inner` loads; `pointers` reads their pointers.
-    pub(crate) fn new(inner: Arc<dyn Catalog>, pointers: PointerStore) -> Self {
+impl KeptTables {
+    /// Tables whose pointers `pointers` reads.
+    pub(crate) fn new(pointers: PointerStore) -> Self {
         Self {
-            inner,
             pointers,
             kept: Mutex::default(),
         }
@@ -77,100 +75,23 @@ impl CachedTables {
         self.kept.lock().expect("kept tables")
     }
 
-    fn forget(&self, table: &TableIdent) {
-        self.kept().tables.remove(table);
-    }
-}
-
-#[async_trait]
-impl Catalog for CachedTables {
-    async fn list_namespaces(
-        &self,
-        parent: Option<&NamespaceIdent>,
-    ) -> Result<Vec<NamespaceIdent>> {
-        self.inner.list_namespaces(parent).await
-    }
-
-    async fn create_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<Namespace> {
-        self.inner.create_namespace(namespace, properties).await
-    }
-
-    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
-        self.inner.get_namespace(namespace).await
-    }
-
-    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
-        self.inner.namespace_exists(namespace).await
-    }
-
-    async fn update_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<()> {
-        self.inner.update_namespace(namespace, properties).await
-    }
-
-    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
-        self.inner.drop_namespace(namespace).await
-    }
-
-    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
-        self.inner.list_tables(namespace).await
-    }
-
-    async fn create_table(
-        &self,
-        namespace: &NamespaceIdent,
-        creation: TableCreation,
-    ) -> Result<Table> {
-        self.inner.create_table(namespace, creation).await
-    }
-
-    async fn load_table(&self, table: &TableIdent) -> Result<Table> {
+    /// `table` as the catalog's pointer names it now: the one kept if it
+    /// is that version, else loaded from `inner` (and kept).
+    pub(crate) async fn load(&self, inner: &dyn Catalog, table: &TableIdent) -> Result<Table> {
         // Any trouble reading the pointer: the catalog's own load answers.
         if let Ok(Some(location)) = self.pointers.location(table).await
             && let Some(kept) = self.kept().get(table, &location)
         {
             return Ok(kept);
         }
-        let loaded = self.inner.load_table(table).await?;
+        let loaded = inner.load_table(table).await?;
         self.kept().keep(loaded.clone());
         Ok(loaded)
     }
 
-    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
-        self.forget(table);
-        self.inner.drop_table(table).await
-    }
-
-    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
-        self.forget(table);
-        self.inner.purge_table(table).await
-    }
-
-    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
-        self.inner.table_exists(table).await
-    }
-
-    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
-        self.forget(src);
-        self.forget(dest);
-        self.inner.rename_table(src, dest).await
-    }
-
-    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
-        self.forget(table);
-        self.inner.register_table(table, metadata_location).await
-    }
-
-    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
-        self.forget(commit.identifier());
-        self.inner.update_table(commit).await
+    /// Lets go of `table` (dropped, renamed, replaced).
+    pub(crate) fn forget(&self, table: &TableIdent) {
+        self.kept().tables.remove(table);
     }
 }
 
@@ -178,8 +99,9 @@ impl Catalog for CachedTables {
 mod tests {
     use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
+    use std::sync::Arc;
+
     use super::super::IcebergCatalog;
-    use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_kept_table_is_handed_out_only_while_its_pointer_names_it() {

@@ -177,10 +177,9 @@ impl IcebergCatalog {
         let pointers = pointer::PointerStore::sql(&uri, &config.name);
         Ok(Self {
             name: config.name.clone(),
-            catalog: Arc::new(cache::CachedTables::new(
-                Arc::new(catalog),
-                pointers.clone(),
-            )),
+            catalog: Arc::new(
+                scoped::ScopedCatalog::new(Arc::new(catalog)).keeping_tables(pointers.clone()),
+            ),
             pointers,
             kind: CatalogKind::Sql { uri, warehouse },
             aws,

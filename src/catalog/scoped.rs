@@ -29,6 +29,7 @@ use iceberg::{
     TableRequirement,
 };
 
+use super::cache::KeptTables;
 use super::pointer::PointerStore;
 
 /// A check run on every table load; an error stops the caller. It may read
@@ -66,6 +67,8 @@ pub(crate) struct ScopedCatalog {
     /// With [`Self::exact`]: the pointer store, and the table the last load
     /// handed out (the version the check accepted).
     exact: Option<(PointerStore, Arc<Mutex<Option<Table>>>)>,
+    /// With [`Self::keeping_tables`]: the tables loaded, kept.
+    kept: Option<Arc<KeptTables>>,
 }
 
 impl ScopedCatalog {
@@ -76,6 +79,20 @@ impl ScopedCatalog {
             only: None,
             on_load: None,
             exact: None,
+            kept: None,
+        }
+    }
+
+    /// Keeps the tables it loads ([`super::cache`]); `pointers` reads
+    /// their pointers.
+    pub(crate) fn keeping_tables(mut self, pointers: PointerStore) -> Self {
+        self.kept = Some(Arc::new(KeptTables::new(pointers)));
+        self
+    }
+
+    fn forget(&self, table: &TableIdent) {
+        if let Some(kept) = &self.kept {
+            kept.forget(table);
         }
     }
 
@@ -167,7 +184,10 @@ impl Catalog for ScopedCatalog {
     }
 
     async fn load_table(&self, table: &TableIdent) -> Result<Table> {
-        let loaded = self.inner.load_table(table).await?;
+        let loaded = match &self.kept {
+            Some(kept) => kept.load(self.inner.as_ref(), table).await?,
+            None => self.inner.load_table(table).await?,
+        };
         if let Some(check) = &self.on_load {
             check(loaded.clone()).await?;
         }
@@ -178,10 +198,12 @@ impl Catalog for ScopedCatalog {
     }
 
     async fn drop_table(&self, table: &TableIdent) -> Result<()> {
+        self.forget(table);
         self.inner.drop_table(table).await
     }
 
     async fn purge_table(&self, table: &TableIdent) -> Result<()> {
+        self.forget(table);
         self.inner.purge_table(table).await
     }
 
@@ -190,15 +212,19 @@ impl Catalog for ScopedCatalog {
     }
 
     async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
+        self.forget(src);
+        self.forget(dest);
         self.inner.rename_table(src, dest).await
     }
 
     async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
+        self.forget(table);
         self.inner.register_table(table, metadata_location).await
     }
 
     async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
         let Some((pointers, checked)) = &self.exact else {
+            self.forget(commit.identifier());
             return self.inner.update_table(commit).await;
         };
         let ident = commit.identifier().clone();
