@@ -102,36 +102,46 @@ impl<T, A> Groups<T, A> {
     }
 
     /// Queues `work` for `table` and waits for its answer: led by this
-    /// caller (`lead` does the members' work and answers each) if its work is
-    /// still queued when its turn comes. `None`: do it alone.
+    /// caller (`lead` does the members' work and answers each) whenever
+    /// queued work is waiting when its turn comes. `None`: do it alone.
     pub(crate) async fn join<F, Fut>(
         &self,
         turns: &Turns,
         table: &str,
         work: T,
-        lead: F,
+        mut lead: F,
     ) -> Option<A>
     where
-        F: FnOnce(Vec<Member<T, A>>) -> Fut,
+        F: FnMut(Vec<Member<T, A>>) -> Fut,
         Fut: Future<Output = ()>,
     {
-        let (answer, answered) = oneshot::channel();
+        let (answer, mut answered) = oneshot::channel();
         self.queued
             .lock()
             .expect("queued")
             .entry(table.to_string())
             .or_default()
             .push(Member { work, answer });
-        {
-            let _turn = turns.exclusive(&self.turn(table)).await;
-            let members = self.take(table);
-            if !members.is_empty() {
-                // Boxed: the leader's work nests the whole commit's future
-                // inside each caller's.
-                Box::pin(lead(members)).await;
+        loop {
+            {
+                let _turn = turns.exclusive(&self.turn(table)).await;
+                let members = self.take(table);
+                if !members.is_empty() {
+                    // Boxed: the leader's work nests the whole commit's
+                    // future inside each caller's.
+                    Box::pin(lead(members)).await;
+                }
+            }
+            // Not answered yet: this caller's work was past the bound of the
+            // turn it led (callers that stopped waiting leave work queued
+            // without a turn to take it), or another leader holds it; the
+            // next turn either takes it or finds the answer.
+            match answered.try_recv() {
+                Ok(answer) => return answer,
+                Err(oneshot::error::TryRecvError::Empty) => continue,
+                Err(oneshot::error::TryRecvError::Closed) => return None,
             }
         }
-        answered.await.ok().flatten()
     }
 
     /// The name of the turn that leads `table`'s group.
@@ -151,5 +161,41 @@ impl<T, A> Groups<T, A> {
             queued.remove(table);
         }
         taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_member_is_answered_past_the_bound_and_after_one_stops_waiting() {
+        let turns = Turns::default();
+        let groups: Groups<u32, u32> = Groups::new("test", 1);
+        let lead = |members: Vec<Member<u32, u32>>| async move {
+            for member in members {
+                let work = member.work;
+                member.answer(Some(work * 10));
+            }
+        };
+        let busy = turns.exclusive(&groups.turn("t")).await;
+        // A member that stops waiting leaves its work queued with no turn
+        // to take it.
+        let mut gone = Box::pin(groups.join(&turns, "t", 0, lead));
+        assert!(futures::poll!(&mut gone).is_pending());
+        drop(gone);
+        // Three more, one taken per turn.
+        let joined = futures::future::join_all((1..=3).map(|n| groups.join(&turns, "t", n, lead)));
+        let (answers, ()) = tokio::join!(
+            tokio::time::timeout(Duration::from_secs(10), joined),
+            async { drop(busy) }
+        );
+        assert_eq!(
+            answers.expect("every member answered"),
+            vec![Some(10), Some(20), Some(30)]
+        );
+        assert!(groups.take("t").is_empty(), "nothing left queued");
     }
 }

@@ -176,9 +176,14 @@ pub(crate) async fn append_rows(
                 .iter()
                 .flat_map(|m| m.work.iter().cloned())
                 .collect();
-            let done = append_rows_alone(catalog, table, &all).await.ok();
+            let appended = commit_rows(catalog, table, &all).await;
             // On an error, each member meets its own alone.
+            let done = appended.as_ref().ok().map(|_| ());
             members.into_iter().for_each(|m| m.answer(done));
+            // The members have their answers; the upkeep is the leader's.
+            if let Ok(appended) = appended {
+                tidy(catalog, appended).await;
+            }
         },
     ))
     .await;
@@ -194,12 +199,23 @@ async fn append_rows_alone(
     table: &Table,
     rows: &[Vec<Value>],
 ) -> Result<()> {
+    let appended = commit_rows(catalog, table, rows).await?;
+    tidy(catalog, appended).await;
+    Ok(())
+}
+
+/// Writes `rows` into one file and appends it to `table`; the table as
+/// committed.
+async fn commit_rows(
+    catalog: &IcebergCatalog,
+    table: &Table,
+    rows: &[Vec<Value>],
+) -> Result<Table> {
     let schema = Arc::new(schema_to_arrow_schema(table.metadata().current_schema())?);
     let prefix = format!("icestage-{}", uuid::Uuid::new_v4());
     let rows = futures::stream::iter([batch(schema, rows)]);
     let files = write_rows(table, &prefix, rows).await?;
-    let appended = append_files(catalog, table, files).await?;
-    tidy(catalog, appended).await
+    append_files(catalog, table, files).await
 }
 
 /// The upkeep of an icestage-owned table after an append: old snapshots
@@ -213,28 +229,31 @@ async fn append_rows_alone(
 /// Every append finds the upkeep due until it lands, and under load many
 /// append at once: one caller per table in this process does it (with the
 /// table loaded again, in case another just did), the others leave it to
-/// that one. A concurrent commit from elsewhere wins; the next append does
-/// it.
-async fn tidy(catalog: &IcebergCatalog, appended: Table) -> Result<()> {
+/// that one.
+///
+/// Best effort: the rows are committed whatever happens here (failing the
+/// append now would have its caller write them twice). What fails, or
+/// loses to a concurrent commit, is due again at the next append.
+async fn tidy(catalog: &IcebergCatalog, appended: Table) {
     if !trim_due(&appended) && !merge_due(&appended) {
-        return Ok(());
+        return;
     }
     let ident = appended.identifier().clone();
     let Some(_upkeep) = catalog.try_exclusive(&format!("{ident} upkeep")) else {
-        return Ok(());
+        return;
     };
-    let mut table = catalog.catalog().load_table(&ident).await?;
-    if trim_due(&table) {
-        trim_snapshots(catalog, &table).await?;
-        table = catalog.catalog().load_table(&ident).await?;
-    }
-    if merge_due(&table) {
-        match rewrite_manifests(catalog, &table, Some(ENTRIES_PER_MANIFEST)).await {
-            Ok(_) | Err(crate::error::Error::Conflict(_)) => {}
-            Err(e) => return Err(e),
+    let upkeep = async {
+        let mut table = catalog.catalog().load_table(&ident).await?;
+        if trim_due(&table) {
+            trim_snapshots(catalog, &table).await?;
+            table = catalog.catalog().load_table(&ident).await?;
         }
-    }
-    Ok(())
+        if merge_due(&table) {
+            rewrite_manifests(catalog, &table, Some(ENTRIES_PER_MANIFEST)).await?;
+        }
+        Ok(())
+    };
+    let _: Result<()> = upkeep.await;
 }
 
 /// Whether the manifests of `table` (an icestage-owned table) are due a
