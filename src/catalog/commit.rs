@@ -22,6 +22,17 @@ use super::IcebergCatalog;
 use super::scoped::{LoadCheck, both, load_check};
 use crate::error::{Error, Result};
 
+/// A snapshot id, positive and not yet used in `metadata`, for a snapshot
+/// icestage writes itself (a manifest rewrite, a version mark).
+pub(crate) fn new_snapshot_id(metadata: &iceberg::spec::TableMetadata) -> i64 {
+    loop {
+        let id = rand::random::<i64>() & i64::MAX;
+        if id != 0 && metadata.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
 /// The snapshot of `table` whose summary has `key = value`, if any.
 pub(crate) fn snapshot_with(table: &Table, key: &str, value: &str) -> Option<i64> {
     table

@@ -19,6 +19,7 @@ use iceberg::table::Table;
 
 use super::IcebergCatalog;
 use super::append::{Refusal, apply_append};
+use super::commit::new_snapshot_id;
 use crate::error::{Error, Result};
 
 /// Table property: the sequence number of the last manifest rewrite.
@@ -92,12 +93,7 @@ pub(crate) async fn rewrite_manifests(
         });
     }
 
-    let snapshot_id = loop {
-        let id = rand::random::<i64>() & i64::MAX;
-        if id != 0 && metadata.snapshot_by_id(id).is_none() {
-            break id;
-        }
-    };
+    let snapshot_id = new_snapshot_id(metadata);
     let location = metadata.location();
     let schema = metadata.current_schema();
     let mut merged = vec![];

@@ -58,7 +58,7 @@ impl fmt::Debug for PointerStore {
     }
 }
 
-fn unexpected(message: String) -> iceberg::Error {
+pub(crate) fn unexpected(message: String) -> iceberg::Error {
     iceberg::Error::new(ErrorKind::Unexpected, message)
 }
 

@@ -32,6 +32,7 @@ use iceberg::{ErrorKind, TableIdent, TableRequirement, TableUpdate};
 use iceberg_catalog_rest::{CommitTableRequest, CommitTableResponse};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 
+use super::pointer::unexpected;
 use crate::error::{Error, Result};
 
 /// The branch whose snapshot stands for the version of a table's
@@ -56,10 +57,6 @@ impl std::fmt::Debug for RestCommits {
             .field("base", &self.base)
             .finish()
     }
-}
-
-fn unexpected(message: String) -> iceberg::Error {
-    iceberg::Error::new(ErrorKind::Unexpected, message)
 }
 
 /// The catalog's `{"error": {"message": ...}}`, or the body as it came.
@@ -248,12 +245,7 @@ async fn version_mark(base: &Table) -> iceberg::Result<(String, Vec<TableUpdate>
     let parent = metadata
         .snapshot_for_ref(VERSION_REF)
         .map(|s| s.snapshot_id());
-    let snapshot_id = loop {
-        let id = rand::random::<i64>() & i64::MAX;
-        if id != 0 && metadata.snapshot_by_id(id).is_none() {
-            break id;
-        }
-    };
+    let snapshot_id = super::commit::new_snapshot_id(metadata);
     let sequence_number = metadata.next_sequence_number();
     let path = format!(
         "{}/metadata/snap-{snapshot_id}-icestage-version.avro",

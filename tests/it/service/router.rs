@@ -410,16 +410,7 @@ async fn the_rest_catalog_refuses_by_its_protocol() {
     let limited =
         config(&warehouse, "").replace("requests_per_minute = 10000", "requests_per_minute = 4");
     let app = app(&limited).await;
-    let (status, upload) = call(
-        &app,
-        "POST",
-        "/uploads",
-        Some(TOKEN),
-        Some(r#"{"table": "payments.transactions"}"#),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{upload}");
-    let token = upload["connection"]["token"].as_str().unwrap().to_string();
+    let (_, token) = open_upload(&app).await;
     let (status, error) = call(&app, "GET", "/iceberg/v1/config", None, None).await;
     assert_eq!(
         (status, error["error"]["type"].as_str()),
@@ -610,16 +601,7 @@ async fn a_failed_upload_s_table_is_read_only_through_the_rest_catalog() {
     .await
     .unwrap();
     let app = app(&config(&warehouse, "")).await;
-    let (status, upload) = call(
-        &app,
-        "POST",
-        "/uploads",
-        Some(TOKEN),
-        Some(r#"{"table": "payments.transactions"}"#),
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{upload}");
-    let token = upload["connection"]["token"].as_str().unwrap().to_string();
+    let (upload, token) = open_upload(&app).await;
     let id = text(&upload, "upload_id");
     let staging = text(&upload, "staging_table");
     run(
@@ -669,4 +651,20 @@ async fn a_failed_upload_s_table_is_read_only_through_the_rest_catalog() {
         message.contains("is failed") && message.contains("open a new upload"),
         "{message}"
     );
+}
+
+/// Opens an upload into `payments.transactions` through `app`: its answer,
+/// and the token of its REST catalog connection.
+async fn open_upload(app: &axum::Router) -> (Value, String) {
+    let (status, upload) = call(
+        app,
+        "POST",
+        "/uploads",
+        Some(TOKEN),
+        Some(r#"{"table": "payments.transactions"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{upload}");
+    let token = upload["connection"]["token"].as_str().unwrap().to_string();
+    (upload, token)
 }
