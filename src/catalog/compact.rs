@@ -41,14 +41,61 @@ pub(crate) enum Rewrite {
     },
 }
 
-/// Rewrites the data manifests of `table`: one per partition spec, or, with
-/// `per_manifest`, manifests of at most that many entries, the entries
+/// How [`rewrite_manifests`] lays a table's data manifests out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Every data manifest merged into one per partition spec (`REWRITE
+    /// MANIFESTS`: a scan plans from as few files as there can be).
+    OnePerSpec,
+    /// Levels, for a table appended to one small manifest at a time (the
+    /// logs icestage owns), so that what a merge rewrites and what a lookup
+    /// reads stay bounded as the table grows:
+    /// - level 0: the manifests appends wrote since the last merge;
+    /// - level 1: one run of at most `level_one` entries, sorted by
+    ///   partition in manifests of `per_manifest` entries;
+    /// - level 2: every older entry, sorted the same way.
+    ///
+    /// A merge folds level 0 into level 1, and only when level 1 would
+    /// outgrow `level_one` everything into level 2: a level-1 merge rewrites
+    /// at most `level_one` entries, a level-2 merge happens once per
+    /// `level_one` entries appended. A lookup by partition value reads the
+    /// manifest list (level 0's few, level 1's `level_one / per_manifest`,
+    /// and one per `per_manifest` entries of level 2) and about one manifest
+    /// per level besides the level-0 ones holding the value.
+    Levels { per_manifest: usize, level_one: i64 },
+}
+
+/// The level of a data manifest in [`Layout::Levels`], by the name it was
+/// written under (a manifest icestage did not merge is level 0; a
+/// [`Layout::OnePerSpec`] rewrite counts as level 2).
+fn level(manifest: &ManifestFile) -> u8 {
+    let name = manifest
+        .manifest_path
+        .rsplit('/')
+        .next()
+        .unwrap_or_default();
+    if name.starts_with("icestage-l1-") {
+        1
+    } else if name.starts_with("icestage-l2-") || name.starts_with("icestage-rewrite-") {
+        2
+    } else {
+        0
+    }
+}
+
+/// Entries a manifest lists (added and existing), from the manifest list.
+fn entries(manifest: &ManifestFile) -> i64 {
+    i64::from(manifest.added_files_count.unwrap_or(0))
+        + i64::from(manifest.existing_files_count.unwrap_or(0))
+}
+
+/// Rewrites the data manifests of `table` as `layout` says, the entries
 /// sorted by partition so each manifest covers a narrow range of partition
-/// values (a lookup by partition value reads one).
+/// values (a lookup by partition value reads one per level).
 pub(crate) async fn rewrite_manifests(
     catalog: &IcebergCatalog,
     table: &Table,
-    per_manifest: Option<usize>,
+    layout: Layout,
 ) -> Result<Rewrite> {
     let metadata = table.metadata();
     let name = table.identifier().to_string();
@@ -64,34 +111,62 @@ pub(crate) async fn rewrite_manifests(
         )));
     }
     let list = table.manifest_list_reader(current).load().await?;
-    let (data, other): (Vec<&ManifestFile>, Vec<&ManifestFile>) = list
+    let (data, mut kept): (Vec<&ManifestFile>, Vec<&ManifestFile>) = list
         .entries()
         .iter()
         .partition(|m| m.content == ManifestContentType::Data);
-    let mut by_spec: BTreeMap<i32, Vec<&ManifestFile>> = BTreeMap::new();
-    for manifest in &data {
-        by_spec
-            .entry(manifest.partition_spec_id)
-            .or_default()
-            .push(manifest);
-    }
     let before = data.len() as i64;
-    let wanted = |group: &[&ManifestFile]| {
-        let entries: i64 = group
-            .iter()
-            .map(|m| {
-                i64::from(m.added_files_count.unwrap_or(0))
-                    + i64::from(m.existing_files_count.unwrap_or(0))
-            })
-            .sum();
-        per_manifest.map_or(1, |n| (entries as usize).div_ceil(n.max(1)).max(1))
+    // What is rewritten, by spec, and under which name (level).
+    let mut by_spec: BTreeMap<i32, Vec<&ManifestFile>> = BTreeMap::new();
+    let (prefix, per_manifest) = match layout {
+        Layout::OnePerSpec => {
+            for manifest in &data {
+                by_spec
+                    .entry(manifest.partition_spec_id)
+                    .or_default()
+                    .push(manifest);
+            }
+            if by_spec.values().all(|group| group.len() <= 1) {
+                return Ok(Rewrite::Nothing {
+                    manifests: before,
+                    why: format!("{name} has as few data manifests as its entries need already"),
+                });
+            }
+            ("icestage-rewrite", usize::MAX)
+        }
+        Layout::Levels {
+            per_manifest,
+            level_one,
+        } => {
+            let upper: i64 = data
+                .iter()
+                .filter(|m| level(m) < 2)
+                .map(|m| entries(m))
+                .sum();
+            if !data.iter().any(|m| level(m) == 0) {
+                return Ok(Rewrite::Nothing {
+                    manifests: before,
+                    why: format!("{name} has no data manifest appended since its last merge"),
+                });
+            }
+            let (top, prefix) = if upper > level_one {
+                (2, "icestage-l2")
+            } else {
+                (1, "icestage-l1")
+            };
+            for manifest in &data {
+                if level(manifest) <= top {
+                    by_spec
+                        .entry(manifest.partition_spec_id)
+                        .or_default()
+                        .push(manifest);
+                } else {
+                    kept.push(manifest);
+                }
+            }
+            (prefix, per_manifest.max(1))
+        }
     };
-    if by_spec.values().all(|group| group.len() <= wanted(group)) {
-        return Ok(Rewrite::Nothing {
-            manifests: before,
-            why: format!("{name} has as few data manifests as its entries need already"),
-        });
-    }
 
     let snapshot_id = new_snapshot_id(metadata);
     let location = metadata.location();
@@ -126,10 +201,9 @@ pub(crate) async fn rewrite_manifests(
             }
         }
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let chunk = per_manifest.unwrap_or(usize::MAX).max(1);
-        for (n, part) in entries.chunks(chunk).enumerate() {
+        for (n, part) in entries.chunks(per_manifest).enumerate() {
             let output = table.file_io().new_output(format!(
-                "{location}/metadata/icestage-rewrite-{snapshot_id}-{spec_id}-m{n}.avro"
+                "{location}/metadata/{prefix}-{snapshot_id}-{spec_id}-m{n}.avro"
             ))?;
             let mut writer = ManifestWriterBuilder::new(
                 output,
@@ -145,65 +219,116 @@ pub(crate) async fn rewrite_manifests(
             merged.push(writer.write_manifest_file().await?);
         }
     }
-    let after = merged.len() as i64;
-    let list_path = format!("{location}/metadata/snap-{snapshot_id}-icestage-rewrite.avro");
-    let sequence_number = metadata.next_sequence_number();
-    let mut list_writer = ManifestListWriter::v2(
-        table.file_io().new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        Some(current.snapshot_id()),
-        sequence_number,
-    );
-    list_writer.add_manifests(merged.into_iter().chain(other.into_iter().cloned()))?;
-    list_writer.close().await?;
-
-    // The table's totals do not change; a replace says so.
-    let totals: std::collections::HashMap<String, String> = current
-        .summary()
-        .additional_properties
+    let after = (merged.len()
+        + kept
+            .iter()
+            .filter(|m| m.content == ManifestContentType::Data)
+            .count()) as i64;
+    let rewritten: std::collections::HashSet<&str> = list
+        .entries()
         .iter()
-        .filter(|(k, _)| k.starts_with("total-"))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|m| m.manifest_path.as_str())
+        .filter(|path| !kept.iter().any(|k| k.manifest_path == *path))
         .collect();
-    let snapshot = Snapshot::builder()
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(Some(current.snapshot_id()))
-        .with_sequence_number(sequence_number)
-        .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
-        .with_manifest_list(list_path)
-        .with_summary(Summary {
-            operation: Operation::Replace,
-            additional_properties: totals,
-        })
-        .with_schema_id(metadata.current_schema_id())
-        .build();
-    let updates = vec![
-        // When and how much was merged: what tells the next merge when it
-        // is due (see `insert::append_rows`).
-        TableUpdate::SetProperties {
-            updates: std::collections::HashMap::from([
-                (MERGED_AT.to_string(), sequence_number.to_string()),
-                (MERGED_ENTRIES.to_string(), files.to_string()),
-            ]),
-        },
-        TableUpdate::AddSnapshot { snapshot },
-        TableUpdate::SetSnapshotRef {
-            ref_name: MAIN_BRANCH.to_string(),
-            reference: SnapshotReference::new(
-                snapshot_id,
-                SnapshotRetention::branch(None, None, None),
-            ),
-        },
-    ];
-    match apply_append(catalog, table, updates).await? {
-        Ok(_) => Ok(Rewrite::Done {
-            before,
-            after,
-            files,
+
+    // Appends that land while the entries are rewritten do not undo it: the
+    // rewrite is put on top of the version they made, as long as every
+    // manifest it replaces is still there (a concurrent rewrite of the same
+    // manifests wins, and this one changes nothing).
+    let mut base = table.clone();
+    for attempt in 0..REBASES {
+        let metadata = base.metadata();
+        let Some(parent) = metadata.current_snapshot() else {
+            break;
+        };
+        let others: Vec<ManifestFile> = if attempt == 0 {
+            kept.iter().map(|m| (*m).clone()).collect()
+        } else {
+            let now = base.manifest_list_reader(parent).load().await?;
+            let listed: std::collections::HashSet<&str> = now
+                .entries()
+                .iter()
+                .map(|m| m.manifest_path.as_str())
+                .collect();
+            if !rewritten.iter().all(|path| listed.contains(path)) {
+                break;
+            }
+            now.entries()
+                .iter()
+                .filter(|m| !rewritten.contains(m.manifest_path.as_str()))
+                .cloned()
+                .collect()
+        };
+        let list_path =
+            format!("{location}/metadata/snap-{snapshot_id}-{attempt}-icestage-rewrite.avro");
+        let sequence_number = metadata.next_sequence_number();
+        let mut list_writer = ManifestListWriter::v2(
+            base.file_io().new_output(&list_path)?.writer().await?,
             snapshot_id,
-        }),
-        Err(Refusal::Conflict(_) | Refusal::Invalid(_)) => Err(Error::Conflict(format!(
-            "{name} changed while its manifests were rewritten; nothing was changed: run REWRITE MANIFESTS again"
-        ))),
+            Some(parent.snapshot_id()),
+            sequence_number,
+        );
+        list_writer.add_manifests(merged.iter().cloned().chain(others))?;
+        list_writer.close().await?;
+
+        // The table's totals do not change; a replace says so.
+        let totals: std::collections::HashMap<String, String> = parent
+            .summary()
+            .additional_properties
+            .iter()
+            .filter(|(k, _)| k.starts_with("total-"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(snapshot_id)
+            .with_parent_snapshot_id(Some(parent.snapshot_id()))
+            .with_sequence_number(sequence_number)
+            .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+            .with_manifest_list(list_path)
+            .with_summary(Summary {
+                operation: Operation::Replace,
+                additional_properties: totals,
+            })
+            .with_schema_id(metadata.current_schema_id())
+            .build();
+        let updates = vec![
+            // When and how much was merged: what tells the next merge when
+            // it is due (see `insert::tidy`).
+            TableUpdate::SetProperties {
+                updates: std::collections::HashMap::from([
+                    (MERGED_AT.to_string(), sequence_number.to_string()),
+                    (MERGED_ENTRIES.to_string(), files.to_string()),
+                ]),
+            },
+            TableUpdate::AddSnapshot { snapshot },
+            TableUpdate::SetSnapshotRef {
+                ref_name: MAIN_BRANCH.to_string(),
+                reference: SnapshotReference::new(
+                    snapshot_id,
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ];
+        match apply_append(catalog, &base, updates).await? {
+            Ok(_) => {
+                return Ok(Rewrite::Done {
+                    before,
+                    after,
+                    files,
+                    snapshot_id,
+                });
+            }
+            Err(Refusal::Conflict(_)) => {
+                base = catalog.catalog().load_table(base.identifier()).await?;
+            }
+            Err(Refusal::Invalid(_)) => break,
+        }
     }
+    Err(Error::Conflict(format!(
+        "{name} changed while its manifests were rewritten (another rewrite or a commit that \
+         removed files); nothing was changed: run REWRITE MANIFESTS again"
+    )))
 }
+
+/// Times a rewrite is put on top of appends that landed meanwhile.
+const REBASES: usize = 8;

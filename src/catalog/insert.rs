@@ -32,7 +32,7 @@ use iceberg::table::Table;
 
 use super::IcebergCatalog;
 use super::commit::{append_files, trim_due, trim_snapshots};
-use super::compact::{MERGED_AT, MERGED_ENTRIES, rewrite_manifests};
+use super::compact::{Layout, MERGED_AT, rewrite_manifests};
 use crate::catalog::writer::{write_partitions, write_rows};
 use crate::error::Result;
 use crate::rows::one_batch;
@@ -220,40 +220,67 @@ async fn commit_rows(
 
 /// The upkeep of an icestage-owned table after an append: old snapshots
 /// expired ([`trim_snapshots`]) and, now and then, the
-/// one-manifest-per-append merged into manifests of a bounded size, sorted
-/// by partition: a lookup by the partition column reads the manifest list
-/// and the manifests holding that value, however long the table is. A merge
-/// is due after a twentieth of the entries merged last time (at least a
-/// hundred) were appended, so its cost per append stays constant.
+/// one-manifest-per-append merged, every [`MERGE_AFTER`] appends, into
+/// levels of manifests of a bounded size sorted by partition
+/// ([`Layout::Levels`]): a lookup by the partition column reads a manifest
+/// list of bounded length and about one manifest per level, and a merge
+/// rewrites a bounded number of entries but for a rare fold of everything.
 ///
 /// Every append finds the upkeep due until it lands, and under load many
-/// append at once: one caller per table in this process does it (with the
+/// append at once: one task per table in this process does it (with the
 /// table loaded again, in case another just did), the others leave it to
-/// that one.
+/// that one. It runs in the background: the appending caller's rows are
+/// committed and it is answered without waiting for it, and a merge is put
+/// on top of the appends that land meanwhile ([`rewrite_manifests`]).
 ///
 /// Best effort: the rows are committed whatever happens here (failing the
-/// append now would have its caller write them twice). What fails, or
-/// loses to a concurrent commit, is due again at the next append.
+/// append now would have its caller write them twice). What fails, or is
+/// cut short by the process ending, is due again at the next append.
 async fn tidy(catalog: &IcebergCatalog, appended: Table) {
     if !trim_due(&appended) && !merge_due(&appended) {
         return;
     }
     let ident = appended.identifier().clone();
-    let Some(_upkeep) = catalog.try_exclusive(&format!("{ident} upkeep")) else {
+    let Some(upkeep) = catalog.try_exclusive(&format!("{ident} upkeep")) else {
         return;
     };
-    let upkeep = async {
-        let mut table = catalog.catalog().load_table(&ident).await?;
-        if trim_due(&table) {
-            trim_snapshots(catalog, &table).await?;
-            table = catalog.catalog().load_table(&ident).await?;
+    let catalog = catalog.clone();
+    let work = async move {
+        let _upkeep = upkeep;
+        // Appends that found the upkeep taken while this ran left theirs
+        // to it: it looks again before it stops.
+        for _ in 0..UPKEEP_PASSES {
+            let mut table = catalog.catalog().load_table(&ident).await?;
+            if !trim_due(&table) && !merge_due(&table) {
+                break;
+            }
+            if trim_due(&table) {
+                trim_snapshots(&catalog, &table).await?;
+                table = catalog.catalog().load_table(&ident).await?;
+            }
+            if merge_due(&table) {
+                rewrite_manifests(
+                    &catalog,
+                    &table,
+                    Layout::Levels {
+                        per_manifest: ENTRIES_PER_MANIFEST,
+                        level_one: LEVEL_ONE_ENTRIES,
+                    },
+                )
+                .await?;
+            }
         }
-        if merge_due(&table) {
-            rewrite_manifests(catalog, &table, Some(ENTRIES_PER_MANIFEST)).await?;
-        }
-        Ok(())
+        Ok::<_, crate::error::Error>(())
     };
-    let _: Result<()> = upkeep.await;
+    match tokio::runtime::Handle::try_current() {
+        // In the background: the caller's rows are committed and answered.
+        Ok(runtime) => {
+            runtime.spawn(work);
+        }
+        Err(_) => {
+            let _ = work.await;
+        }
+    }
 }
 
 /// Whether the manifests of `table` (an icestage-owned table) are due a
@@ -267,14 +294,20 @@ fn merge_due(table: &Table) -> bool {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    let since = metadata.last_sequence_number() - property(MERGED_AT);
-    since >= MERGE_AFTER.max(property(MERGED_ENTRIES) / 20)
+    metadata.last_sequence_number() - property(MERGED_AT) >= MERGE_AFTER
 }
 
-/// Appends to an icestage-owned table before its first manifest merge.
-const MERGE_AFTER: i64 = 100;
+/// Appends (commits) to an icestage-owned table between manifest merges:
+/// the most level-0 manifests a lookup meets.
+const MERGE_AFTER: i64 = 64;
+/// Rounds of upkeep one task does at most before it leaves the rest to
+/// the next append.
+const UPKEEP_PASSES: usize = 4;
 /// Entries per merged manifest of an icestage-owned table.
 const ENTRIES_PER_MANIFEST: usize = 200;
+/// Entries in level 1 of an icestage-owned table's manifests at most
+/// ([`Layout::Levels`]).
+const LEVEL_ONE_ENTRIES: i64 = 2000;
 
 /// The plan of an `INSERT INTO` an Iceberg table: one output partition with
 /// one row, `count`, as DataFusion's sinks answer.

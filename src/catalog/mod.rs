@@ -65,7 +65,10 @@ pub(crate) enum CatalogKind {
     },
 }
 
-/// One Iceberg catalog as icestage uses it.
+/// One Iceberg catalog as icestage uses it. A clone is another handle on
+/// the same catalog: it shares this process's turns and group commits at
+/// its tables and the sealing key.
+#[derive(Clone)]
 pub struct IcebergCatalog {
     name: String,
     catalog: Arc<dyn Catalog>,
@@ -74,12 +77,12 @@ pub struct IcebergCatalog {
     /// Properties a third-party client (PyIceberg `load_catalog`) needs.
     client_properties: BTreeMap<String, String>,
     /// Per-table turns and group commits of this process ([`group`]).
-    local: group::Local,
+    local: Arc<group::Local>,
     /// Compare-and-swap of table pointers, for commits that must land on the
     /// version they checked.
     pointers: pointer::PointerStore,
     /// The key that seals sessions' authority, once read (see `upload::seal`).
-    seal_key: tokio::sync::OnceCell<Vec<u8>>,
+    seal_key: Arc<tokio::sync::OnceCell<Vec<u8>>>,
 }
 
 impl fmt::Debug for IcebergCatalog {
@@ -542,11 +545,12 @@ impl IcebergCatalog {
                     || e.kind() == iceberg::ErrorKind::NamespaceNotFound =>
             {
                 self.ensure_namespace(ident.namespace()).await?;
+                let schema = schema()?;
                 let creation = TableCreation::builder()
                     .name(ident.name().to_string())
-                    .schema(schema()?)
+                    .schema(schema.clone())
                     .partition_spec_opt(spec.clone())
-                    .properties(owned_table_properties())
+                    .properties(own_properties(&schema))
                     .build();
                 match self.catalog.create_table(ident.namespace(), creation).await {
                     Ok(table) => return Ok(table),
@@ -574,10 +578,11 @@ impl IcebergCatalog {
         let mut table = table;
         for _ in 0..10 {
             let props = table.metadata().properties();
-            let missing: HashMap<String, String> = owned_table_properties()
-                .into_iter()
-                .filter(|(k, _)| !props.contains_key(k))
-                .collect();
+            let missing: HashMap<String, String> =
+                own_properties(table.metadata().current_schema())
+                    .into_iter()
+                    .filter(|(k, _)| !props.contains_key(k))
+                    .collect();
             let repartition = spec
                 .as_ref()
                 .filter(|_| table.metadata().default_partition_spec().is_unpartitioned());
@@ -613,6 +618,33 @@ pub(crate) fn owned_table_properties() -> HashMap<String, String> {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+}
+
+/// Properties of the tables only icestage writes ([`IcebergCatalog::owned_table`]):
+/// [`OWNED_TABLE_PROPERTIES`]; manifest entries that keep the bounds of the
+/// timestamp columns alone (what reading "recorded since" prunes by; a
+/// lookup by the partition column prunes by partition values), so a merge
+/// or a lookup decodes a few fields per entry instead of five per column;
+/// and snappy for data files of a row or two, where zstd's per-column
+/// contexts cost more than they save.
+fn own_properties(schema: &Schema) -> HashMap<String, String> {
+    let mut properties = owned_table_properties();
+    properties.insert("write.metadata.metrics.default".into(), "none".into());
+    properties.insert("write.parquet.compression-codec".into(), "snappy".into());
+    for field in schema.as_struct().fields() {
+        if matches!(
+            *field.field_type,
+            iceberg::spec::Type::Primitive(
+                iceberg::spec::PrimitiveType::Timestamptz | iceberg::spec::PrimitiveType::Timestamp
+            )
+        ) {
+            properties.insert(
+                format!("write.metadata.metrics.column.{}", field.name),
+                "full".into(),
+            );
+        }
+    }
+    properties
 }
 
 /// What [`IcebergCatalog::remove_table`] deletes besides the catalog entry.

@@ -13,7 +13,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::TryStreamExt;
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
-use iceberg::spec::{DataFile, DataFileFormat};
+use iceberg::spec::{DataFile, DataFileBuilder, DataFileFormat, Datum, PrimitiveLiteral};
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
@@ -114,6 +114,153 @@ fn writer_properties(target: &Table) -> Result<WriterProperties> {
         .build())
 }
 
+/// Iceberg's table property: how much of each column's metrics a new data
+/// file's manifest entry keeps, unless a column names its own.
+const METRICS_DEFAULT: &str = "write.metadata.metrics.default";
+/// Iceberg's table property prefix naming one column's metrics mode.
+const METRICS_COLUMN: &str = "write.metadata.metrics.column.";
+
+/// A metrics mode: Iceberg's `none`, `counts`, `truncate(N)` and `full`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MetricsMode {
+    /// Nothing.
+    None,
+    /// Sizes, value, null and NaN counts; no bounds.
+    Counts,
+    /// Counts, and bounds of strings and binaries cut to N characters (bytes).
+    Truncate(usize),
+    /// Everything the writer collected.
+    Full,
+}
+
+impl MetricsMode {
+    fn parse(value: &str, table: &str, key: &str) -> Result<Self> {
+        let lower = value.trim().to_ascii_lowercase();
+        let truncated = lower
+            .strip_prefix("truncate(")
+            .and_then(|n| n.strip_suffix(')'))
+            .map(|n| n.trim().parse::<usize>());
+        match (lower.as_str(), truncated) {
+            ("none", _) => Ok(Self::None),
+            ("counts", _) => Ok(Self::Counts),
+            ("full", _) => Ok(Self::Full),
+            (_, Some(Ok(n))) if n > 0 => Ok(Self::Truncate(n)),
+            _ => Err(Error::invalid(format!(
+                "table '{table}' has {key} = '{value}': use none, counts, truncate(N) with N > 0,                  or full"
+            ))),
+        }
+    }
+}
+
+/// `files` (new files of `target`) with the metrics `target`'s
+/// `write.metadata.metrics.*` properties keep: the entries of a table that
+/// is only ever looked up by a column or two stay small to read.
+fn with_metrics_modes(target: &Table, files: Vec<DataFile>) -> Result<Vec<DataFile>> {
+    let properties = target.metadata().properties();
+    if !properties
+        .keys()
+        .any(|k| k == METRICS_DEFAULT || k.starts_with(METRICS_COLUMN))
+    {
+        return Ok(files);
+    }
+    let table = target.identifier().to_string();
+    let schema = target.metadata().current_schema();
+    let default = properties
+        .get(METRICS_DEFAULT)
+        .map(|v| MetricsMode::parse(v, &table, METRICS_DEFAULT))
+        .transpose()?
+        .unwrap_or(MetricsMode::Full);
+    let mut by_field = std::collections::HashMap::new();
+    for (key, value) in properties {
+        if let Some(column) = key.strip_prefix(METRICS_COLUMN) {
+            let mode = MetricsMode::parse(value, &table, key)?;
+            // A column the schema no longer has (dropped, renamed) names nothing.
+            if let Some(id) = schema.field_id_by_name(column) {
+                by_field.insert(id, mode);
+            }
+        }
+    }
+    let mode = |id: &i32| by_field.get(id).copied().unwrap_or(default);
+    let counts = |m: &std::collections::HashMap<i32, u64>| {
+        m.iter()
+            .filter(|(id, _)| mode(id) != MetricsMode::None)
+            .map(|(id, n)| (*id, *n))
+            .collect::<std::collections::HashMap<_, _>>()
+    };
+    let bounds = |m: &std::collections::HashMap<i32, Datum>, upper: bool| {
+        m.iter()
+            .filter_map(|(id, datum)| match mode(id) {
+                MetricsMode::None | MetricsMode::Counts => None,
+                MetricsMode::Full => Some((*id, datum.clone())),
+                MetricsMode::Truncate(n) => truncated(datum, n, upper).map(|d| (*id, d)),
+            })
+            .collect::<std::collections::HashMap<_, _>>()
+    };
+    files
+        .into_iter()
+        .map(|file| {
+            let mut builder = DataFileBuilder::default();
+            if let Some(order) = file.sort_order_id() {
+                builder.sort_order_id(order);
+            }
+            builder
+                .content(file.content_type())
+                .file_path(file.file_path().to_string())
+                .file_format(file.file_format())
+                .partition(file.partition().clone())
+                .record_count(file.record_count())
+                .file_size_in_bytes(file.file_size_in_bytes())
+                .column_sizes(counts(file.column_sizes()))
+                .value_counts(counts(file.value_counts()))
+                .null_value_counts(counts(file.null_value_counts()))
+                .nan_value_counts(counts(file.nan_value_counts()))
+                .lower_bounds(bounds(file.lower_bounds(), false))
+                .upper_bounds(bounds(file.upper_bounds(), true))
+                .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
+                .partition_spec_id(target.metadata().default_partition_spec_id())
+                .build()
+                .map_err(|e| Error::invalid(format!("internal: data file of {table}: {e}")))
+        })
+        .collect()
+}
+
+/// `bound` cut to `n` characters (bytes for a binary): a lower bound is
+/// its prefix; an upper bound its prefix with the last character (byte)
+/// incremented, or none when no increment exists. Other types stay whole.
+fn truncated(bound: &Datum, n: usize, upper: bool) -> Option<Datum> {
+    match bound.literal() {
+        PrimitiveLiteral::String(s) if s.chars().count() > n => {
+            let mut chars: Vec<char> = s.chars().take(n).collect();
+            if upper {
+                loop {
+                    let last = chars.pop()?;
+                    if let Some(next) =
+                        (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32)
+                    {
+                        chars.push(next);
+                        break;
+                    }
+                }
+            }
+            Some(Datum::string(chars.into_iter().collect::<String>()))
+        }
+        PrimitiveLiteral::Binary(b) if b.len() > n => {
+            let mut bytes = b[..n].to_vec();
+            if upper {
+                loop {
+                    let last = bytes.pop()?;
+                    if last < u8::MAX {
+                        bytes.push(last + 1);
+                        break;
+                    }
+                }
+            }
+            Some(Datum::binary(bytes))
+        }
+        _ => Some(bound.clone()),
+    }
+}
+
 /// Writes `rows` (columns named as the target's; types are cast) as new
 /// Parquet files of `target`, split by its partition spec, streaming.
 /// Returns the data files, not yet committed.
@@ -139,7 +286,7 @@ pub(crate) async fn write_rows(
         while let Some(batch) = rows.try_next().await? {
             writer.write(conform(&batch, &arrow, &name)?).await?;
         }
-        return Ok(writer.close().await?);
+        return with_metrics_modes(target, writer.close().await?);
     }
     let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
         Arc::clone(schema),
@@ -151,7 +298,7 @@ pub(crate) async fn write_rows(
             writer.write(key, part).await?;
         }
     }
-    Ok(writer.close().await?)
+    with_metrics_modes(target, writer.close().await?)
 }
 
 /// Writes every partition of `input` as new data files of `target`, each
@@ -179,4 +326,132 @@ pub(crate) async fn write_partitions(
         );
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use datafusion::arrow::array::{Int64Array, StringArray, TimestampMicrosecondArray};
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use iceberg::{NamespaceIdent, TableCreation};
+
+    use super::*;
+    use crate::catalog::IcebergCatalog;
+    use crate::config::IcestageConfig;
+
+    /// A table `s.t (id long, name string, at timestamptz)` with
+    /// `properties`, in an embedded catalog under `dir`.
+    async fn table_with(dir: &std::path::Path, properties: &[(&str, &str)]) -> Table {
+        let config = IcestageConfig::embedded(dir).unwrap();
+        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
+        let namespace = NamespaceIdent::new("s".into());
+        catalog.ensure_namespace(&namespace).await.unwrap();
+        let schema = Schema::builder()
+            .with_fields([
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "name", Type::Primitive(PrimitiveType::String)).into(),
+                NestedField::optional(3, "at", Type::Primitive(PrimitiveType::Timestamptz)).into(),
+            ])
+            .build()
+            .unwrap();
+        let creation = TableCreation::builder()
+            .name("t".into())
+            .schema(schema)
+            .properties(
+                properties
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<HashMap<_, _>>(),
+            )
+            .build();
+        catalog
+            .catalog()
+            .create_table(&namespace, creation)
+            .await
+            .unwrap()
+    }
+
+    async fn write_one(table: &Table) -> Result<DataFile> {
+        let schema = Arc::new(schema_to_arrow_schema(table.metadata().current_schema())?);
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec!["apple", "apricot"])),
+                Arc::new(TimestampMicrosecondArray::from(vec![10, 20]).with_timezone("+00:00")),
+            ],
+        )?;
+        let mut files = write_rows(table, "t", futures::stream::iter([Ok(batch)])).await?;
+        assert_eq!(files.len(), 1);
+        Ok(files.remove(0))
+    }
+
+    /// Without metrics properties every column keeps its metrics; with them,
+    /// `none` drops a column's counts and bounds, `counts` its bounds, and
+    /// `truncate(N)` cuts a string's bounds (the upper one incremented so it
+    /// still bounds every value).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn new_files_keep_the_metrics_their_table_asks_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write_one(&table_with(dir.path(), &[]).await).await.unwrap();
+        assert_eq!(file.lower_bounds().len(), 3);
+        assert_eq!(file.value_counts().len(), 3);
+
+        let dir = tempfile::tempdir().unwrap();
+        let table = table_with(
+            dir.path(),
+            &[
+                ("write.metadata.metrics.default", "none"),
+                ("write.metadata.metrics.column.id", "counts"),
+                ("write.metadata.metrics.column.name", "truncate(2)"),
+                ("write.metadata.metrics.column.at", "full"),
+                ("write.metadata.metrics.column.gone", "full"),
+            ],
+        )
+        .await;
+        let file = write_one(&table).await.unwrap();
+        let mut counted: Vec<i32> = file.value_counts().keys().copied().collect();
+        counted.sort();
+        assert_eq!(counted, [1, 2, 3]);
+        assert!(!file.lower_bounds().contains_key(&1));
+        assert_eq!(file.lower_bounds()[&2], Datum::string("ap"));
+        assert_eq!(file.upper_bounds()[&2], Datum::string("aq"));
+        assert_eq!(file.lower_bounds()[&3], Datum::timestamptz_micros(10));
+        assert_eq!(file.upper_bounds()[&3], Datum::timestamptz_micros(20));
+        assert_eq!(file.record_count(), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_bad_metrics_mode_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table_with(dir.path(), &[("write.metadata.metrics.default", "some")]).await;
+        let error = write_one(&table).await.unwrap_err().to_string();
+        assert!(
+            error.contains("write.metadata.metrics.default = 'some'")
+                && error.contains("truncate(N)"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn an_upper_bound_cut_short_still_bounds_its_values() {
+        let upper = |s: &str, n| truncated(&Datum::string(s), n, true);
+        assert_eq!(upper("abc", 2), Some(Datum::string("ac")));
+        assert_eq!(upper("ab", 2), Some(Datum::string("ab")));
+        assert_eq!(
+            upper("a\u{10FFFF}\u{10FFFF}", 2),
+            Some(Datum::string("b")),
+            "the last character has no successor: the one before is incremented"
+        );
+        assert_eq!(upper("\u{10FFFF}\u{10FFFF}x", 2), None);
+        assert_eq!(
+            truncated(&Datum::string("abc"), 2, false),
+            Some(Datum::string("ab"))
+        );
+        assert_eq!(
+            truncated(&Datum::binary(vec![1, 255, 3]), 2, true),
+            Some(Datum::binary(vec![2]))
+        );
+    }
 }

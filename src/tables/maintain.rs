@@ -3,7 +3,7 @@
 
 use iceberg::TableIdent;
 
-use crate::catalog::compact::{Rewrite, rewrite_manifests as rewrite};
+use crate::catalog::compact::{Layout, Rewrite, rewrite_manifests as rewrite};
 use crate::error::Result;
 use crate::rows::result_row;
 use crate::session::CommandContext;
@@ -35,7 +35,7 @@ pub(crate) async fn rewrite_manifests(
     let catalog = ctx.icestage.catalog(catalog)?;
     let table = catalog.catalog().load_table(ident).await?;
     let name = ident.to_string();
-    Ok(match rewrite(catalog, &table, None).await? {
+    Ok(match rewrite(catalog, &table, Layout::OnePerSpec).await? {
         Rewrite::Nothing { manifests, why } => ManifestsRewritten {
             table_name: name,
             manifests_before: manifests,
