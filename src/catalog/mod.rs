@@ -13,6 +13,7 @@ pub(crate) mod compact;
 pub(crate) mod confine;
 pub(crate) mod group;
 pub(crate) mod insert;
+pub(crate) mod lookup;
 pub(crate) mod manifest;
 pub(crate) mod pointer;
 pub(crate) mod provider;
@@ -83,6 +84,8 @@ pub struct IcebergCatalog {
     pointers: pointer::PointerStore,
     /// The key that seals sessions' authority, once read (see `upload::seal`).
     seal_key: Arc<tokio::sync::OnceCell<Vec<u8>>>,
+    /// Manifests decoded once, for lookups by partition value ([`lookup`]).
+    manifests: Arc<lookup::Manifests>,
 }
 
 impl fmt::Debug for IcebergCatalog {
@@ -189,6 +192,7 @@ impl IcebergCatalog {
             client_properties,
             local: Default::default(),
             seal_key: Default::default(),
+            manifests: Default::default(),
         })
     }
 
@@ -247,6 +251,7 @@ impl IcebergCatalog {
             local: Default::default(),
             pointers,
             seal_key: Default::default(),
+            manifests: Default::default(),
         })
     }
 
@@ -321,6 +326,7 @@ impl IcebergCatalog {
             client_properties,
             local: Default::default(),
             seal_key: Default::default(),
+            manifests: Default::default(),
         })
     }
 
@@ -371,6 +377,11 @@ impl IcebergCatalog {
     /// This process's turns, and the queues of its group commits.
     pub(crate) fn local(&self) -> &group::Local {
         &self.local
+    }
+
+    /// The manifests this process decoded, by path ([`lookup`]).
+    pub(crate) fn manifests(&self) -> &lookup::Manifests {
+        &self.manifests
     }
 
     /// Where the sealing key is kept once read.
