@@ -19,47 +19,58 @@ use super::pointer::PointerStore;
 /// keeps what it read of its manifests in iceberg's own bounded cache.
 const MOST_TABLES: usize = 256;
 
+/// At most `most` values by key; past it, the least recently used goes.
+#[derive(Debug)]
+pub(crate) struct Lru<K, V> {
+    entries: HashMap<K, (V, u64)>,
+    clock: u64,
+    most: usize,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V> Lru<K, V> {
+    pub(crate) fn new(most: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            clock: 0,
+            most: most.max(1),
+        }
+    }
+
+    /// The value of `key`, now the most recently used.
+    pub(crate) fn get(&mut self, key: &K) -> Option<&V> {
+        self.clock += 1;
+        let clock = self.clock;
+        let (value, used) = self.entries.get_mut(key)?;
+        *used = clock;
+        Some(value)
+    }
+
+    pub(crate) fn put(&mut self, key: K, value: V) {
+        self.clock += 1;
+        if self.entries.len() >= self.most && !self.entries.contains_key(&key) {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.entries.insert(key, (value, self.clock));
+    }
+
+    pub(crate) fn remove(&mut self, key: &K) {
+        self.entries.remove(key);
+    }
+}
+
 /// The tables a catalog loaded, kept (see the module documentation); used
 /// by [`super::scoped::ScopedCatalog::keeping_tables`].
 #[derive(Debug)]
 pub(crate) struct KeptTables {
     pointers: PointerStore,
-    kept: Mutex<Kept>,
-}
-
-#[derive(Debug, Default)]
-struct Kept {
-    tables: HashMap<TableIdent, (Table, u64)>,
-    clock: u64,
-}
-
-impl Kept {
-    fn get(&mut self, ident: &TableIdent, location: &str) -> Option<Table> {
-        self.clock += 1;
-        let clock = self.clock;
-        let (table, used) = self.tables.get_mut(ident)?;
-        if table.metadata_location() != Some(location) {
-            return None;
-        }
-        *used = clock;
-        Some(table.clone())
-    }
-
-    fn keep(&mut self, table: Table) {
-        self.clock += 1;
-        if self.tables.len() >= MOST_TABLES && !self.tables.contains_key(table.identifier()) {
-            let oldest = self
-                .tables
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(ident, _)| ident.clone());
-            if let Some(oldest) = oldest {
-                self.tables.remove(&oldest);
-            }
-        }
-        self.tables
-            .insert(table.identifier().clone(), (table, self.clock));
-    }
+    kept: Mutex<Lru<TableIdent, Table>>,
 }
 
 impl KeptTables {
@@ -67,11 +78,11 @@ impl KeptTables {
     pub(crate) fn new(pointers: PointerStore) -> Self {
         Self {
             pointers,
-            kept: Mutex::default(),
+            kept: Mutex::new(Lru::new(MOST_TABLES)),
         }
     }
 
-    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Lru<TableIdent, Table>> {
         self.kept.lock().expect("kept tables")
     }
 
@@ -80,18 +91,22 @@ impl KeptTables {
     pub(crate) async fn load(&self, inner: &dyn Catalog, table: &TableIdent) -> Result<Table> {
         // Any trouble reading the pointer: the catalog's own load answers.
         if let Ok(Some(location)) = self.pointers.location(table).await
-            && let Some(kept) = self.kept().get(table, &location)
+            && let Some(kept) = self
+                .kept()
+                .get(table)
+                .filter(|kept| kept.metadata_location() == Some(location.as_str()))
+                .cloned()
         {
             return Ok(kept);
         }
         let loaded = inner.load_table(table).await?;
-        self.kept().keep(loaded.clone());
+        self.kept().put(loaded.identifier().clone(), loaded.clone());
         Ok(loaded)
     }
 
     /// Lets go of `table` (dropped, renamed, replaced).
     pub(crate) fn forget(&self, table: &TableIdent) {
-        self.kept().tables.remove(table);
+        self.kept().remove(table);
     }
 }
 

@@ -299,7 +299,7 @@ fn merge_due(table: &Table) -> bool {
 
 /// Appends (commits) to an icestage-owned table between manifest merges:
 /// the most level-0 manifests a lookup meets.
-const MERGE_AFTER: i64 = 64;
+const MERGE_AFTER: i64 = 128;
 /// Rounds of upkeep one task does at most before it leaves the rest to
 /// the next append.
 const UPKEEP_PASSES: usize = 4;
@@ -307,7 +307,7 @@ const UPKEEP_PASSES: usize = 4;
 const ENTRIES_PER_MANIFEST: usize = 200;
 /// Entries in level 1 of an icestage-owned table's manifests at most
 /// ([`Layout::Levels`]).
-const LEVEL_ONE_ENTRIES: i64 = 2000;
+const LEVEL_ONE_ENTRIES: i64 = 1000;
 
 /// The plan of an `INSERT INTO` an Iceberg table: one output partition with
 /// one row, `count`, as DataFusion's sinks answer.

@@ -11,7 +11,6 @@
 //! and a lookup decodes only the manifest list and the manifests appended
 //! since it last looked.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
@@ -23,6 +22,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
+use super::cache::Lru;
 use crate::error::Result;
 
 /// Manifests kept at most; past it, the least recently used goes. A log's
@@ -30,50 +30,32 @@ use crate::error::Result;
 const MOST_MANIFESTS: usize = 256;
 
 /// Decoded manifests by path (see the module documentation).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Manifests {
-    kept: Mutex<Kept>,
+    kept: Mutex<Lru<String, Arc<Manifest>>>,
 }
 
-#[derive(Debug, Default)]
-struct Kept {
-    manifests: HashMap<String, (Arc<Manifest>, u64)>,
-    clock: u64,
+impl Default for Manifests {
+    fn default() -> Self {
+        Self {
+            kept: Mutex::new(Lru::new(MOST_MANIFESTS)),
+        }
+    }
 }
 
 impl Manifests {
-    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Lru<String, Arc<Manifest>>> {
         self.kept.lock().expect("kept manifests")
     }
 
     /// The manifest `file` lists, decoded once.
     async fn load(&self, file: &ManifestFile, io: &FileIO) -> Result<Arc<Manifest>> {
-        {
-            let mut kept = self.kept();
-            kept.clock += 1;
-            let clock = kept.clock;
-            if let Some((manifest, used)) = kept.manifests.get_mut(&file.manifest_path) {
-                *used = clock;
-                return Ok(Arc::clone(manifest));
-            }
+        if let Some(manifest) = self.kept().get(&file.manifest_path).cloned() {
+            return Ok(manifest);
         }
         let manifest = Arc::new(file.load_manifest(io).await?);
-        let mut kept = self.kept();
-        if kept.manifests.len() >= MOST_MANIFESTS {
-            let oldest = kept
-                .manifests
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(path, _)| path.clone());
-            if let Some(oldest) = oldest {
-                kept.manifests.remove(&oldest);
-            }
-        }
-        let clock = kept.clock;
-        kept.manifests.insert(
-            file.manifest_path.clone(),
-            (Arc::clone(&manifest), clock),
-        );
+        self.kept()
+            .put(file.manifest_path.clone(), Arc::clone(&manifest));
         Ok(manifest)
     }
 
