@@ -370,6 +370,16 @@ mod tests {
         }
     }
 
+    /// The manifest list of the upload log's current snapshot.
+    async fn current_manifests(catalog: &IcebergCatalog) -> iceberg::spec::ManifestList {
+        let table = log_table(catalog, UPLOADS).await.unwrap();
+        table
+            .manifest_list_reader(table.metadata().current_snapshot().unwrap())
+            .load()
+            .await
+            .unwrap()
+    }
+
     /// Appends a record for each of `ids` to the upload log of `catalog`,
     /// recorded at `at` (now when `None`).
     async fn append_records(
@@ -500,12 +510,7 @@ mod tests {
 
         // Each new manifest says which id it holds (what a scan for one id
         // prunes by, without reading it); the old one cannot.
-        let table = log_table(&catalog, UPLOADS).await.unwrap();
-        let manifests = table
-            .manifest_list_reader(table.metadata().current_snapshot().unwrap())
-            .load()
-            .await
-            .unwrap();
+        let manifests = current_manifests(&catalog).await;
         let summarized = manifests
             .entries()
             .iter()
@@ -567,12 +572,7 @@ mod tests {
         };
         // The data manifests' file names, by level prefix.
         let names = || async {
-            let table = log_table(&catalog, UPLOADS).await.unwrap();
-            let list = table
-                .manifest_list_reader(table.metadata().current_snapshot().unwrap())
-                .load()
-                .await
-                .unwrap();
+            let list = current_manifests(&catalog).await;
             let mut by_level: [Vec<String>; 3] = Default::default();
             for m in list.entries() {
                 let name = m.manifest_path.rsplit('/').next().unwrap().to_string();
@@ -671,11 +671,7 @@ mod tests {
         let mut shape = (0, 0);
         for _ in 0..100 {
             let table = log_table(&catalog, UPLOADS).await.unwrap();
-            let manifests = table
-                .manifest_list_reader(table.metadata().current_snapshot().unwrap())
-                .load()
-                .await
-                .unwrap();
+            let manifests = current_manifests(&catalog).await;
             shape = (
                 table.metadata().snapshots().count(),
                 manifests.entries().len(),
