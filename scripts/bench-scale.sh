@@ -6,9 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cargo-env.sh
-# As the binary does: no backtraces captured for iceberg-rust's discarded
-# error values (see `no_library_backtraces` in src/bin/icestage/main.rs).
-export RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}"
 uploads=1000
 if [[ "${1:-}" == "--10k" ]]; then uploads=10000; shift; fi
 cargo bench --locked --bench scale -- --uploads "$uploads" "$@"

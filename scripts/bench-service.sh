@@ -8,9 +8,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cargo-env.sh
-# As the binary does: no backtraces captured for iceberg-rust's discarded
-# error values (see `no_library_backtraces` in src/bin/icestage/main.rs).
-export RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}"
 ./scripts/setup-venv.sh
 cargo build --release --locked --bin icestage
 echo "==> load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"

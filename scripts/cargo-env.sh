@@ -15,3 +15,7 @@ if ! cmp -s scripts/cc-link "$CARGO_TARGET_DIR/cc-link"; then
     mv "$CARGO_TARGET_DIR/cc-link.new" "$CARGO_TARGET_DIR/cc-link"
 fi
 export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER="$CARGO_TARGET_DIR/cc-link"
+# * As the binary does, no backtraces are captured for iceberg-rust's
+#   discarded error values (see `no_library_backtraces` in
+#   src/bin/icestage/main.rs); a panic still prints its own.
+export RUST_LIB_BACKTRACE="${RUST_LIB_BACKTRACE:-0}"

@@ -145,7 +145,7 @@ pub(crate) async fn apply_append(
 mod tests {
     use std::collections::HashMap;
 
-    use iceberg::spec::{Snapshot, SnapshotReference, Summary};
+    use iceberg::spec::{Snapshot, Summary};
 
     use super::*;
 
@@ -167,13 +167,7 @@ mod tests {
             })
             .with_schema_id(0)
             .build();
-        vec![
-            TableUpdate::AddSnapshot { snapshot },
-            TableUpdate::SetSnapshotRef {
-                ref_name: MAIN_BRANCH.to_string(),
-                reference: SnapshotReference::new(id, SnapshotRetention::branch(None, None, None)),
-            },
-        ]
+        super::super::commit::add_as_head(snapshot, MAIN_BRANCH).into()
     }
 
     fn refusal(result: std::result::Result<(), Refusal>) -> String {

@@ -33,6 +33,24 @@ pub(crate) fn new_snapshot_id(metadata: &iceberg::spec::TableMetadata) -> i64 {
     }
 }
 
+/// The updates that add `snapshot` and make it the head of branch `branch`.
+pub(crate) fn add_as_head(
+    snapshot: iceberg::spec::Snapshot,
+    branch: &str,
+) -> [iceberg::TableUpdate; 2] {
+    let id = snapshot.snapshot_id();
+    [
+        iceberg::TableUpdate::AddSnapshot { snapshot },
+        iceberg::TableUpdate::SetSnapshotRef {
+            ref_name: branch.to_string(),
+            reference: iceberg::spec::SnapshotReference::new(
+                id,
+                iceberg::spec::SnapshotRetention::branch(None, None, None),
+            ),
+        },
+    ]
+}
+
 /// The snapshot of `table` whose summary has `key = value`, if any.
 pub(crate) fn snapshot_with(table: &Table, key: &str, value: &str) -> Option<i64> {
     table

@@ -7,19 +7,19 @@
 //! The commit swaps the table's pointer from the version it read; a commit
 //! in between makes it a conflict that changed nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use iceberg::TableUpdate;
 use iceberg::spec::{
     FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary,
+    ManifestWriterBuilder, Operation, Snapshot, Summary,
 };
 use iceberg::table::Table;
 
 use super::IcebergCatalog;
 use super::append::{Refusal, apply_append};
-use super::commit::new_snapshot_id;
+use super::commit::{add_as_head, new_snapshot_id};
 use crate::error::{Error, Result};
 
 /// Table property: the sequence number of the last manifest rewrite.
@@ -68,7 +68,7 @@ pub(crate) enum Layout {
 /// The level of a data manifest in [`Layout::Levels`], by the name it was
 /// written under (a manifest icestage did not merge is level 0; a
 /// [`Layout::OnePerSpec`] rewrite counts as level 2).
-fn level(manifest: &ManifestFile) -> u8 {
+pub(crate) fn level(manifest: &ManifestFile) -> u8 {
     let name = manifest
         .manifest_path
         .rsplit('/')
@@ -111,10 +111,11 @@ pub(crate) async fn rewrite_manifests(
         )));
     }
     let list = table.manifest_list_reader(current).load().await?;
-    let (data, mut kept): (Vec<&ManifestFile>, Vec<&ManifestFile>) = list
+    let data: Vec<&ManifestFile> = list
         .entries()
         .iter()
-        .partition(|m| m.content == ManifestContentType::Data);
+        .filter(|m| m.content == ManifestContentType::Data)
+        .collect();
     let before = data.len() as i64;
     // What is rewritten, by spec, and under which name (level).
     let mut by_spec: BTreeMap<i32, Vec<&ManifestFile>> = BTreeMap::new();
@@ -154,20 +155,22 @@ pub(crate) async fn rewrite_manifests(
             } else {
                 (1, "icestage-l1")
             };
-            for manifest in &data {
-                if level(manifest) <= top {
-                    by_spec
-                        .entry(manifest.partition_spec_id)
-                        .or_default()
-                        .push(manifest);
-                } else {
-                    kept.push(manifest);
-                }
+            for manifest in data.iter().filter(|m| level(m) <= top) {
+                by_spec
+                    .entry(manifest.partition_spec_id)
+                    .or_default()
+                    .push(manifest);
             }
             (prefix, per_manifest.max(1))
         }
     };
 
+    // The manifests this rewrite replaces.
+    let rewritten: HashSet<&str> = by_spec
+        .values()
+        .flatten()
+        .map(|m| m.manifest_path.as_str())
+        .collect();
     let snapshot_id = new_snapshot_id(metadata);
     let location = metadata.location();
     let schema = metadata.current_schema();
@@ -219,17 +222,7 @@ pub(crate) async fn rewrite_manifests(
             merged.push(writer.write_manifest_file().await?);
         }
     }
-    let after = (merged.len()
-        + kept
-            .iter()
-            .filter(|m| m.content == ManifestContentType::Data)
-            .count()) as i64;
-    let rewritten: std::collections::HashSet<&str> = list
-        .entries()
-        .iter()
-        .map(|m| m.manifest_path.as_str())
-        .filter(|path| !kept.iter().any(|k| k.manifest_path == *path))
-        .collect();
+    let after = before - rewritten.len() as i64 + merged.len() as i64;
 
     // Appends that land while the entries are rewritten do not undo it: the
     // rewrite is put on top of the version they made, as long as every
@@ -241,24 +234,28 @@ pub(crate) async fn rewrite_manifests(
         let Some(parent) = metadata.current_snapshot() else {
             break;
         };
-        let others: Vec<ManifestFile> = if attempt == 0 {
-            kept.iter().map(|m| (*m).clone()).collect()
+        // What the version holds besides what is rewritten: on the first
+        // attempt, the list read above.
+        let reloaded;
+        let now = if attempt == 0 {
+            &list
         } else {
-            let now = base.manifest_list_reader(parent).load().await?;
-            let listed: std::collections::HashSet<&str> = now
-                .entries()
-                .iter()
-                .map(|m| m.manifest_path.as_str())
-                .collect();
-            if !rewritten.iter().all(|path| listed.contains(path)) {
-                break;
-            }
-            now.entries()
-                .iter()
-                .filter(|m| !rewritten.contains(m.manifest_path.as_str()))
-                .cloned()
-                .collect()
+            reloaded = base.manifest_list_reader(parent).load().await?;
+            &reloaded
         };
+        let listed: HashSet<&str> = now
+            .entries()
+            .iter()
+            .map(|m| m.manifest_path.as_str())
+            .collect();
+        if !rewritten.iter().all(|path| listed.contains(path)) {
+            break;
+        }
+        let others = now
+            .entries()
+            .iter()
+            .filter(|m| !rewritten.contains(m.manifest_path.as_str()))
+            .cloned();
         let list_path =
             format!("{location}/metadata/snap-{snapshot_id}-{attempt}-icestage-rewrite.avro");
         let sequence_number = metadata.next_sequence_number();
@@ -291,24 +288,15 @@ pub(crate) async fn rewrite_manifests(
             })
             .with_schema_id(metadata.current_schema_id())
             .build();
-        let updates = vec![
-            // When and how much was merged: what tells the next merge when
-            // it is due (see `insert::tidy`).
-            TableUpdate::SetProperties {
-                updates: std::collections::HashMap::from([
-                    (MERGED_AT.to_string(), sequence_number.to_string()),
-                    (MERGED_ENTRIES.to_string(), files.to_string()),
-                ]),
-            },
-            TableUpdate::AddSnapshot { snapshot },
-            TableUpdate::SetSnapshotRef {
-                ref_name: MAIN_BRANCH.to_string(),
-                reference: SnapshotReference::new(
-                    snapshot_id,
-                    SnapshotRetention::branch(None, None, None),
-                ),
-            },
-        ];
+        // When and how much was merged: what tells the next merge when it
+        // is due (see `insert::tidy`).
+        let mut updates = vec![TableUpdate::SetProperties {
+            updates: std::collections::HashMap::from([
+                (MERGED_AT.to_string(), sequence_number.to_string()),
+                (MERGED_ENTRIES.to_string(), files.to_string()),
+            ]),
+        }];
+        updates.extend(add_as_head(snapshot, MAIN_BRANCH));
         match apply_append(catalog, &base, updates).await? {
             Ok(_) => {
                 return Ok(Rewrite::Done {

@@ -182,7 +182,7 @@ pub(crate) async fn append_rows(
             members.into_iter().for_each(|m| m.answer(done));
             // The members have their answers; the upkeep is the leader's.
             if let Ok(appended) = appended {
-                tidy(catalog, appended).await;
+                tidy(catalog, appended);
             }
         },
     ))
@@ -200,7 +200,7 @@ async fn append_rows_alone(
     rows: &[Vec<Value>],
 ) -> Result<()> {
     let appended = commit_rows(catalog, table, rows).await?;
-    tidy(catalog, appended).await;
+    tidy(catalog, appended);
     Ok(())
 }
 
@@ -236,7 +236,7 @@ async fn commit_rows(
 /// Best effort: the rows are committed whatever happens here (failing the
 /// append now would have its caller write them twice). What fails, or is
 /// cut short by the process ending, is due again at the next append.
-async fn tidy(catalog: &IcebergCatalog, appended: Table) {
+fn tidy(catalog: &IcebergCatalog, appended: Table) {
     if !trim_due(&appended) && !merge_due(&appended) {
         return;
     }
@@ -245,16 +245,18 @@ async fn tidy(catalog: &IcebergCatalog, appended: Table) {
         return;
     };
     let catalog = catalog.clone();
-    let work = async move {
+    // In the background: the caller's rows are committed and answered.
+    tokio::spawn(async move {
         let _upkeep = upkeep;
         // Appends that found the upkeep taken while this ran left theirs
         // to it: it looks again before it stops.
         for _ in 0..UPKEEP_PASSES {
             let mut table = catalog.catalog().load_table(&ident).await?;
-            if !trim_due(&table) && !merge_due(&table) {
+            let (trim, merge) = (trim_due(&table), merge_due(&table));
+            if !trim && !merge {
                 break;
             }
-            if trim_due(&table) {
+            if trim {
                 trim_snapshots(&catalog, &table).await?;
                 table = catalog.catalog().load_table(&ident).await?;
             }
@@ -271,16 +273,7 @@ async fn tidy(catalog: &IcebergCatalog, appended: Table) {
             }
         }
         Ok::<_, crate::error::Error>(())
-    };
-    match tokio::runtime::Handle::try_current() {
-        // In the background: the caller's rows are committed and answered.
-        Ok(runtime) => {
-            runtime.spawn(work);
-        }
-        Err(_) => {
-            let _ = work.await;
-        }
-    }
+    });
 }
 
 /// Whether the manifests of `table` (an icestage-owned table) are due a

@@ -85,7 +85,6 @@ impl Manifests {
         }
         let schema = metadata.current_schema();
         let columns: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
-        let wanted = Literal::Primitive(PrimitiveLiteral::String(value.to_string()));
         let mut tasks = vec![];
         for file in list.entries() {
             // Where `field` sits in this manifest's partition tuple, if its
@@ -111,7 +110,10 @@ impl Manifests {
                     return Ok(None);
                 }
                 if let Some(position) = position
-                    && data.partition().fields().get(position) != Some(&Some(wanted.clone()))
+                    && !matches!(
+                        data.partition().fields().get(position),
+                        Some(Some(Literal::Primitive(PrimitiveLiteral::String(held)))) if held == value
+                    )
                 {
                     continue;
                 }

@@ -640,8 +640,8 @@ pub(crate) fn owned_table_properties() -> HashMap<String, String> {
 /// contexts cost more than they save.
 fn own_properties(schema: &Schema) -> HashMap<String, String> {
     let mut properties = owned_table_properties();
-    properties.insert("write.metadata.metrics.default".into(), "none".into());
-    properties.insert("write.parquet.compression-codec".into(), "snappy".into());
+    properties.insert(writer::METRICS_DEFAULT.into(), "none".into());
+    properties.insert(writer::CODEC_PROPERTY.into(), "snappy".into());
     for field in schema.as_struct().fields() {
         if matches!(
             *field.field_type,
@@ -650,7 +650,7 @@ fn own_properties(schema: &Schema) -> HashMap<String, String> {
             )
         ) {
             properties.insert(
-                format!("write.metadata.metrics.column.{}", field.name),
+                format!("{}{}", writer::METRICS_COLUMN, field.name),
                 "full".into(),
             );
         }

@@ -24,8 +24,7 @@
 use std::collections::HashMap;
 
 use iceberg::spec::{
-    FormatVersion, MAIN_BRANCH, ManifestListWriter, Operation, Snapshot, SnapshotReference,
-    SnapshotRetention, Summary, TableMetadata,
+    FormatVersion, MAIN_BRANCH, ManifestListWriter, Operation, Snapshot, Summary, TableMetadata,
 };
 use iceberg::table::Table;
 use iceberg::{ErrorKind, TableIdent, TableRequirement, TableUpdate};
@@ -291,15 +290,6 @@ async fn version_mark(base: &Table) -> iceberg::Result<(String, Vec<TableUpdate>
         .build();
     Ok((
         path,
-        vec![
-            TableUpdate::AddSnapshot { snapshot },
-            TableUpdate::SetSnapshotRef {
-                ref_name: VERSION_REF.to_string(),
-                reference: SnapshotReference::new(
-                    snapshot_id,
-                    SnapshotRetention::branch(None, None, None),
-                ),
-            },
-        ],
+        super::commit::add_as_head(snapshot, VERSION_REF).into(),
     ))
 }

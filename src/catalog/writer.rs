@@ -65,7 +65,7 @@ fn conform(batch: &RecordBatch, schema: &ArrowSchemaRef, table: &str) -> Result<
 }
 
 /// The table property naming the Parquet codec of new data files.
-const CODEC_PROPERTY: &str = "write.parquet.compression-codec";
+pub(crate) const CODEC_PROPERTY: &str = "write.parquet.compression-codec";
 /// The table property naming the codec's level.
 const LEVEL_PROPERTY: &str = "write.parquet.compression-level";
 
@@ -116,9 +116,9 @@ fn writer_properties(target: &Table) -> Result<WriterProperties> {
 
 /// Iceberg's table property: how much of each column's metrics a new data
 /// file's manifest entry keeps, unless a column names its own.
-const METRICS_DEFAULT: &str = "write.metadata.metrics.default";
+pub(crate) const METRICS_DEFAULT: &str = "write.metadata.metrics.default";
 /// Iceberg's table property prefix naming one column's metrics mode.
-const METRICS_COLUMN: &str = "write.metadata.metrics.column.";
+pub(crate) const METRICS_COLUMN: &str = "write.metadata.metrics.column.";
 
 /// A metrics mode: Iceberg's `none`, `counts`, `truncate(N)` and `full`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

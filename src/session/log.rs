@@ -210,25 +210,22 @@ async fn read<S: FromStr<Err = Error>>(
         }
         _ => None,
     };
-    if let Some(tasks) = planned {
-        let mut records = vec![];
-        for batch in &crate::catalog::lookup::read(&table, tasks).await? {
-            records.extend(decode(batch, catalog.name(), log, &names)?);
+    let batches: Vec<RecordBatch> = match planned {
+        Some(tasks) => crate::catalog::lookup::read(&table, tasks).await?,
+        None => {
+            // One filter (a second `with_filter` would replace the first).
+            let by_id = id.map(|id| Reference::new(names[0].clone()).equal_to(Datum::string(id)));
+            let recent = since.map(|since| crate::catalog::at_or_after("recorded_at", since));
+            let mut scan = table.scan();
+            if let Some(filter) = match (by_id, recent) {
+                (Some(a), Some(b)) => Some(a.and(b)),
+                (a, b) => a.or(b),
+            } {
+                scan = scan.with_filter(filter);
+            }
+            scan.build()?.to_arrow().await?.try_collect().await?
         }
-        records.retain(|r| Some(r.id.as_str()) == id);
-        return Ok(records);
-    }
-    // One filter (a second `with_filter` would replace the first).
-    let by_id = id.map(|id| Reference::new(names[0].clone()).equal_to(Datum::string(id)));
-    let recent = since.map(|since| crate::catalog::at_or_after("recorded_at", since));
-    let mut scan = table.scan();
-    if let Some(filter) = match (by_id, recent) {
-        (Some(a), Some(b)) => Some(a.and(b)),
-        (a, b) => a.or(b),
-    } {
-        scan = scan.with_filter(filter);
-    }
-    let batches: Vec<RecordBatch> = scan.build()?.to_arrow().await?.try_collect().await?;
+    };
     let mut records = vec![];
     for batch in &batches {
         records.extend(decode(batch, catalog.name(), log, &names)?);
@@ -563,7 +560,7 @@ mod tests {
     /// found, and a merge with nothing appended since changes nothing.
     #[tokio::test(flavor = "multi_thread")]
     async fn a_log_merges_its_manifests_in_levels() {
-        use crate::catalog::compact::{Layout, Rewrite, rewrite_manifests};
+        use crate::catalog::compact::{Layout, Rewrite, level, rewrite_manifests};
         let dir = tempfile::tempdir().unwrap();
         let catalog = catalog_in(dir.path()).await;
         let layout = Layout::Levels {
@@ -576,11 +573,7 @@ mod tests {
             let mut by_level: [Vec<String>; 3] = Default::default();
             for m in list.entries() {
                 let name = m.manifest_path.rsplit('/').next().unwrap().to_string();
-                let level = [("icestage-l1-", 1), ("icestage-l2-", 2)]
-                    .iter()
-                    .find(|(p, _)| name.starts_with(p))
-                    .map_or(0, |(_, l)| *l);
-                by_level[level].push(name);
+                by_level[usize::from(level(m))].push(name);
             }
             by_level
         };
