@@ -100,8 +100,15 @@ impl KeptTables {
             return Ok(kept);
         }
         let loaded = inner.load_table(table).await?;
-        self.kept().put(loaded.identifier().clone(), loaded.clone());
+        self.keep(loaded.clone());
         Ok(loaded)
+    }
+
+    /// Keeps `table` as a commit of this process left it: the next load
+    /// hands it out while the pointer names its metadata file, instead of
+    /// reading back what the commit just wrote.
+    pub(crate) fn keep(&self, table: Table) {
+        self.kept().put(table.identifier().clone(), table);
     }
 
     /// Lets go of `table` (dropped, renamed, replaced).
@@ -128,6 +135,33 @@ mod tests {
         assert!(
             Arc::ptr_eq(&first.metadata_ref(), &again.metadata_ref()),
             "an unchanged table is not read again"
+        );
+
+        // Commits of this process, plain and exact: the next load hands out
+        // the table each committed, without reading back what it wrote.
+        let set = |table: &iceberg::table::Table, value: &str| {
+            let tx = Transaction::new(table);
+            tx.update_table_properties()
+                .set("mine".to_string(), value.to_string())
+                .apply(tx)
+                .unwrap()
+        };
+        let plain = set(&again, "1")
+            .commit(catalog.catalog().as_ref())
+            .await
+            .unwrap();
+        let loaded = catalog.catalog().load_table(&ident).await.unwrap();
+        assert!(Arc::ptr_eq(&plain.metadata_ref(), &loaded.metadata_ref()));
+        let exact = set(&loaded, "2").commit(&catalog.exact()).await.unwrap();
+        let loaded = catalog.catalog().load_table(&ident).await.unwrap();
+        assert!(Arc::ptr_eq(&exact.metadata_ref(), &loaded.metadata_ref()));
+        assert_eq!(
+            loaded
+                .metadata()
+                .properties()
+                .get("mine")
+                .map(String::as_str),
+            Some("2")
         );
 
         // Another process (a catalog of its own on the same database)

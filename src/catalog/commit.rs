@@ -20,6 +20,7 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use super::IcebergCatalog;
 use super::scoped::{LoadCheck, both, load_check};
+use super::upkeep::{Whose, after_append};
 use crate::error::{Error, Result};
 
 /// A snapshot id, positive and not yet used in `metadata`, for a snapshot
@@ -395,6 +396,8 @@ async fn commit_once(
             }
         }
         if answers.iter().all(Option::is_some) {
+            // The commits are answered; what they leave due runs apart.
+            after_append(catalog, current, Whose::User);
             return Ok(answers.into_iter().flatten().collect());
         }
         match result {

@@ -289,7 +289,7 @@ pub(crate) async fn rewrite_manifests(
             .with_schema_id(metadata.current_schema_id())
             .build();
         // When and how much was merged: what tells the next merge when it
-        // is due (see `insert::tidy`).
+        // is due (see `upkeep`).
         let mut updates = vec![TableUpdate::SetProperties {
             updates: std::collections::HashMap::from([
                 (MERGED_AT.to_string(), sequence_number.to_string()),

@@ -31,8 +31,8 @@ use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::table::Table;
 
 use super::IcebergCatalog;
-use super::commit::{append_files, trim_due, trim_snapshots};
-use super::compact::{Layout, MERGED_AT, rewrite_manifests};
+use super::commit::append_files;
+use super::upkeep::{Whose, after_append};
 use crate::catalog::writer::{write_partitions, write_rows};
 use crate::error::Result;
 use crate::rows::one_batch;
@@ -151,7 +151,8 @@ pub(crate) async fn insert_into(
     let files = write_partitions(&table, &prefix, input, task).await?;
     let rows = files.iter().map(|f| f.record_count()).sum();
     if !files.is_empty() {
-        append_files(catalog, &table, files).await?;
+        let appended = append_files(catalog, &table, files).await?;
+        after_append(catalog, appended, Whose::User);
     }
     Ok(rows)
 }
@@ -182,7 +183,7 @@ pub(crate) async fn append_rows(
             members.into_iter().for_each(|m| m.answer(done));
             // The members have their answers; the upkeep is the leader's.
             if let Ok(appended) = appended {
-                tidy(catalog, appended);
+                after_append(catalog, appended, Whose::Icestage);
             }
         },
     ))
@@ -200,7 +201,7 @@ async fn append_rows_alone(
     rows: &[Vec<Value>],
 ) -> Result<()> {
     let appended = commit_rows(catalog, table, rows).await?;
-    tidy(catalog, appended);
+    after_append(catalog, appended, Whose::Icestage);
     Ok(())
 }
 
@@ -217,90 +218,6 @@ async fn commit_rows(
     let files = write_rows(table, &prefix, rows).await?;
     append_files(catalog, table, files).await
 }
-
-/// The upkeep of an icestage-owned table after an append: old snapshots
-/// expired ([`trim_snapshots`]) and, now and then, the
-/// one-manifest-per-append merged, every [`MERGE_AFTER`] appends, into
-/// levels of manifests of a bounded size sorted by partition
-/// ([`Layout::Levels`]): a lookup by the partition column reads a manifest
-/// list of bounded length and about one manifest per level, and a merge
-/// rewrites a bounded number of entries but for a rare fold of everything.
-///
-/// Every append finds the upkeep due until it lands, and under load many
-/// append at once: one task per table in this process does it (with the
-/// table loaded again, in case another just did), the others leave it to
-/// that one. It runs in the background: the appending caller's rows are
-/// committed and it is answered without waiting for it, and a merge is put
-/// on top of the appends that land meanwhile ([`rewrite_manifests`]).
-///
-/// Best effort: the rows are committed whatever happens here (failing the
-/// append now would have its caller write them twice). What fails, or is
-/// cut short by the process ending, is due again at the next append.
-fn tidy(catalog: &IcebergCatalog, appended: Table) {
-    if !trim_due(&appended) && !merge_due(&appended) {
-        return;
-    }
-    let ident = appended.identifier().clone();
-    let Some(upkeep) = catalog.try_exclusive(&format!("{ident} upkeep")) else {
-        return;
-    };
-    let catalog = catalog.clone();
-    // In the background: the caller's rows are committed and answered.
-    tokio::spawn(async move {
-        let _upkeep = upkeep;
-        // Appends that found the upkeep taken while this ran left theirs
-        // to it: it looks again before it stops.
-        for _ in 0..UPKEEP_PASSES {
-            let mut table = catalog.catalog().load_table(&ident).await?;
-            let (trim, merge) = (trim_due(&table), merge_due(&table));
-            if !trim && !merge {
-                break;
-            }
-            if trim {
-                trim_snapshots(&catalog, &table).await?;
-                table = catalog.catalog().load_table(&ident).await?;
-            }
-            if merge_due(&table) {
-                rewrite_manifests(
-                    &catalog,
-                    &table,
-                    Layout::Levels {
-                        per_manifest: ENTRIES_PER_MANIFEST,
-                        level_one: LEVEL_ONE_ENTRIES,
-                    },
-                )
-                .await?;
-            }
-        }
-        Ok::<_, crate::error::Error>(())
-    });
-}
-
-/// Whether the manifests of `table` (an icestage-owned table) are due a
-/// merge: see [`append_rows`].
-fn merge_due(table: &Table) -> bool {
-    let metadata = table.metadata();
-    let property = |key: &str| -> i64 {
-        metadata
-            .properties()
-            .get(key)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    metadata.last_sequence_number() - property(MERGED_AT) >= MERGE_AFTER
-}
-
-/// Appends (commits) to an icestage-owned table between manifest merges:
-/// the most level-0 manifests a lookup meets.
-const MERGE_AFTER: i64 = 128;
-/// Rounds of upkeep one task does at most before it leaves the rest to
-/// the next append.
-const UPKEEP_PASSES: usize = 4;
-/// Entries per merged manifest of an icestage-owned table.
-const ENTRIES_PER_MANIFEST: usize = 200;
-/// Entries in level 1 of an icestage-owned table's manifests at most
-/// ([`Layout::Levels`]).
-const LEVEL_ONE_ENTRIES: i64 = 1000;
 
 /// The plan of an `INSERT INTO` an Iceberg table: one output partition with
 /// one row, `count`, as DataFusion's sinks answer.

@@ -20,6 +20,7 @@ pub(crate) mod provider;
 pub(crate) mod registry;
 pub(crate) mod rest;
 pub(crate) mod scoped;
+pub(crate) mod upkeep;
 pub(crate) mod writer;
 
 pub use registry::Icestage;
@@ -72,7 +73,12 @@ pub(crate) enum CatalogKind {
 #[derive(Clone)]
 pub struct IcebergCatalog {
     name: String,
+    /// `scoped`, as the catalog every caller loads and commits through.
     catalog: Arc<dyn Catalog>,
+    /// The backend's catalog, keeping the tables it loads where it can
+    /// ([`cache`]); commits that must land on the version they checked
+    /// ([`Self::exact`]) share what it keeps.
+    scoped: scoped::ScopedCatalog,
     kind: CatalogKind,
     aws: AwsSettings,
     /// Properties a third-party client (PyIceberg `load_catalog`) needs.
@@ -181,11 +187,11 @@ impl IcebergCatalog {
             }
         }
         let pointers = pointer::PointerStore::sql(&uri, &config.name);
+        let scoped = scoped::ScopedCatalog::new(Arc::new(catalog)).keeping_tables(pointers.clone());
         Ok(Self {
             name: config.name.clone(),
-            catalog: Arc::new(
-                scoped::ScopedCatalog::new(Arc::new(catalog)).keeping_tables(pointers.clone()),
-            ),
+            catalog: Arc::new(scoped.clone()),
+            scoped,
             pointers,
             kind: CatalogKind::Sql { uri, warehouse },
             aws,
@@ -239,9 +245,11 @@ impl IcebergCatalog {
             ("rest.signing-name".to_string(), "s3tables".to_string()),
             ("rest.signing-region".to_string(), region),
         ]);
+        let scoped = scoped::ScopedCatalog::new(Arc::new(catalog));
         Ok(Self {
             name: config.name.clone(),
-            catalog: Arc::new(catalog),
+            catalog: Arc::new(scoped.clone()),
+            scoped,
             kind: CatalogKind::S3Tables {
                 bucket_arn,
                 endpoint_url,
@@ -317,9 +325,11 @@ impl IcebergCatalog {
         if let Some(warehouse) = &warehouse {
             client_properties.insert("warehouse".to_string(), warehouse.clone());
         }
+        let scoped = scoped::ScopedCatalog::new(Arc::new(catalog));
         Ok(Self {
             name: config.name.clone(),
-            catalog: Arc::new(catalog),
+            catalog: Arc::new(scoped.clone()),
+            scoped,
             pointers: pointer::PointerStore::Rest(commits),
             kind: CatalogKind::Rest { uri, warehouse },
             aws,
@@ -389,13 +399,13 @@ impl IcebergCatalog {
         &self.seal_key
     }
 
-    /// Compare-and-swap of this catalog's table pointers.
     /// This catalog as commits that must land on exactly the version they
     /// loaded see it ([`scoped::ScopedCatalog::exact`]).
     pub(crate) fn exact(&self) -> scoped::ScopedCatalog {
-        scoped::ScopedCatalog::new(Arc::clone(&self.catalog)).exact(self.pointers.clone())
+        self.scoped.clone().exact(self.pointers.clone())
     }
 
+    /// Compare-and-swap of this catalog's table pointers.
     pub(crate) fn pointers(&self) -> &pointer::PointerStore {
         &self.pointers
     }

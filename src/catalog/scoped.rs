@@ -90,6 +90,13 @@ impl ScopedCatalog {
         self
     }
 
+    /// Keeps `committed`, the table as this process's commit left it.
+    fn keep(&self, committed: &Table) {
+        if let Some(kept) = &self.kept {
+            kept.keep(committed.clone());
+        }
+    }
+
     fn forget(&self, table: &TableIdent) {
         if let Some(kept) = &self.kept {
             kept.forget(table);
@@ -225,7 +232,9 @@ impl Catalog for ScopedCatalog {
     async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
         let Some((pointers, checked)) = &self.exact else {
             self.forget(commit.identifier());
-            return self.inner.update_table(commit).await;
+            let committed = self.inner.update_table(commit).await?;
+            self.keep(&committed);
+            return Ok(committed);
         };
         let ident = commit.identifier().clone();
         let base = checked
@@ -244,7 +253,10 @@ impl Catalog for ScopedCatalog {
             commit.take_updates(),
         );
         match pointers.commit(&base, requirements, updates).await? {
-            Some(committed) => Ok(committed),
+            Some(committed) => {
+                self.keep(&committed);
+                Ok(committed)
+            }
             None => Err(iceberg::Error::new(
                 ErrorKind::CatalogCommitConflicts,
                 format!("{ident} changed after it was checked"),

@@ -24,6 +24,7 @@ use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use crate::catalog::insert::{insert_into, writer_per_core};
+use crate::catalog::upkeep::{MANIFEST_MERGE_ENABLED, MIN_COUNT_TO_MERGE};
 use crate::error::{Error, Result};
 use crate::session::CommandContext;
 
@@ -217,11 +218,31 @@ fn partition_item(item: &SqlExpr) -> Result<(String, Transform)> {
     }
 }
 
-/// Properties `CREATE TABLE` sets unless the statement gives them.
-pub(crate) const CREATED_TABLE_DEFAULTS: [(&str, &str); 2] = [
+/// Properties `CREATE TABLE` sets unless the statement gives them: commits
+/// delete the metadata files that fall out of the log, and merge manifests
+/// (icestage does whatever the table says, Iceberg's default; said
+/// explicitly so that every other writer of the table, PyIceberg's
+/// `append` among them, merges too).
+pub(crate) const CREATED_TABLE_DEFAULTS: [(&str, &str); 3] = [
     ("write.metadata.delete-after-commit.enabled", "true"),
     ("write.metadata.previous-versions-max", "20"),
+    (MANIFEST_MERGE_ENABLED, "true"),
 ];
+
+/// Refuses a value of a table property icestage acts on that it could not
+/// act on, naming the property, the value and what it takes.
+fn check_property(key: &str, value: &str) -> Result<()> {
+    let takes = match key {
+        MANIFEST_MERGE_ENABLED if !matches!(value, "true" | "false") => "true or false",
+        MIN_COUNT_TO_MERGE if !value.parse::<u32>().is_ok_and(|n| n >= 1) => {
+            "a whole number of commits, at least 1 (Iceberg's default is 100)"
+        }
+        _ => return Ok(()),
+    };
+    Err(Error::invalid(format!(
+        "table property '{key}' = '{value}' is not valid: it takes {takes}"
+    )))
+}
 
 /// Table properties from `WITH (...)` / `TBLPROPERTIES (...)`.
 pub(crate) fn table_properties(options: &CreateTableOptions) -> Result<HashMap<String, String>> {
@@ -242,6 +263,7 @@ pub(crate) fn table_properties(options: &CreateTableOptions) -> Result<HashMap<S
                     },
                     other => other.to_string(),
                 };
+                check_property(&key.value, &value)?;
                 Ok((key.value.clone(), value))
             }
             other => Err(Error::invalid(format!(
@@ -339,7 +361,8 @@ pub(crate) async fn create_table(
     }
     // A table icestage creates deletes the metadata files that fall out of
     // its log (each commit writes one; a target promoted into thousands of
-    // times would keep them all), unless the statement says otherwise.
+    // times would keep them all) and merges its manifests, unless the
+    // statement says otherwise.
     let mut properties = create.properties.clone();
     for (key, value) in CREATED_TABLE_DEFAULTS {
         properties

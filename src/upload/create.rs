@@ -65,17 +65,23 @@ fn inherited(key: &str) -> bool {
 ///
 /// `create_table` would renumber field ids from 1, and a metadata builder
 /// started from the target would keep its metadata log (which a later purge
-/// of the staging table would delete), so the metadata is derived from the
-/// target's serialized form, field by field as the Iceberg spec names them.
+/// of the staging table would delete), so the metadata is written out field
+/// by field as the Iceberg spec names them, from the target's parts alone:
+/// its snapshots (one per promotion, thousands on a busy target) are never
+/// copied, so opening a session costs the same whatever the target's history.
 pub(crate) fn staging_metadata(
     target: &TableMetadata,
     location: &str,
     properties: HashMap<String, String>,
 ) -> Result<TableMetadata> {
-    let mut json = serde_json::to_value(target).map_err(|e| Error::invalid(e.to_string()))?;
-    let object = json
-        .as_object_mut()
-        .ok_or_else(|| Error::invalid("internal: table metadata is not a JSON object"))?;
+    use serde_json::{Value, json};
+
+    let invalid = |e: serde_json::Error| {
+        Error::invalid(format!(
+            "internal: staging metadata for {location} is invalid: {e}"
+        ))
+    };
+    let list = |items: Vec<Value>| Value::Array(items);
     let mut props: BTreeMap<String, String> = target
         .properties()
         .iter()
@@ -83,35 +89,53 @@ pub(crate) fn staging_metadata(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     props.extend(properties);
-    object.insert("table-uuid".into(), uuid::Uuid::new_v4().to_string().into());
-    object.insert("location".into(), location.into());
-    object.insert(
-        "last-updated-ms".into(),
-        Utc::now().timestamp_millis().into(),
-    );
-    object.insert("last-sequence-number".into(), 0.into());
-    object.insert(
-        "properties".into(),
-        serde_json::to_value(props).unwrap_or_default(),
-    );
-    object.insert("snapshots".into(), serde_json::Value::Array(vec![]));
-    object.insert("snapshot-log".into(), serde_json::Value::Array(vec![]));
-    object.insert("metadata-log".into(), serde_json::Value::Array(vec![]));
-    object.insert("refs".into(), serde_json::Value::Object(Default::default()));
-    object.insert("statistics".into(), serde_json::Value::Array(vec![]));
-    object.insert(
-        "partition-statistics".into(),
-        serde_json::Value::Array(vec![]),
-    );
-    object.remove("current-snapshot-id");
-    if object.contains_key("next-row-id") {
-        object.insert("next-row-id".into(), 0.into());
+    let schemas = target
+        .schemas_iter()
+        .map(|schema| serde_json::to_value(schema.as_ref()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(invalid)?;
+    let specs = target
+        .partition_specs_iter()
+        .map(|spec| serde_json::to_value(spec.as_ref()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(invalid)?;
+    let orders = target
+        .sort_orders_iter()
+        .map(|order| serde_json::to_value(order.as_ref()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(invalid)?;
+    let mut object = json!({
+        "format-version": target.format_version() as u8,
+        "table-uuid": uuid::Uuid::new_v4().to_string(),
+        "location": location,
+        "last-sequence-number": 0,
+        "last-updated-ms": Utc::now().timestamp_millis(),
+        "last-column-id": target.last_column_id(),
+        "schemas": list(schemas),
+        "current-schema-id": target.current_schema_id(),
+        "partition-specs": list(specs),
+        "default-spec-id": target.default_partition_spec_id(),
+        "last-partition-id": target.last_partition_id(),
+        "properties": props,
+        "sort-orders": list(orders),
+        "default-sort-order-id": target.default_sort_order_id(),
+        "snapshots": [],
+        "snapshot-log": [],
+        "metadata-log": [],
+        "refs": {},
+    });
+    if target.format_version() >= iceberg::spec::FormatVersion::V3 {
+        let keys = target
+            .encryption_keys_iter()
+            .map(serde_json::to_value)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(invalid)?;
+        object["next-row-id"] = 0.into();
+        if !keys.is_empty() {
+            object["encryption-keys"] = list(keys);
+        }
     }
-    serde_json::from_value(json).map_err(|e| {
-        Error::invalid(format!(
-            "internal: staging metadata for {location} is invalid: {e}"
-        ))
-    })
+    serde_json::from_value(object).map_err(invalid)
 }
 
 /// What `CREATE UPLOAD` answers for session `id`.
@@ -282,4 +306,138 @@ pub(crate) async fn create_upload(
         UploadState::Open,
         Some(expires_at),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A target after a schema change, with a partition spec, a sort order,
+    /// two snapshots, a metadata log and properties of every kind.
+    fn target(format_version: u8) -> TableMetadata {
+        let mut json = serde_json::json!({
+            "format-version": format_version,
+            "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
+            "location": "file:///wh/shop/orders",
+            "last-sequence-number": 2,
+            "last-updated-ms": 1_700_000_000_000i64,
+            "last-column-id": 3,
+            "current-schema-id": 1,
+            "schemas": [
+                {"type": "struct", "schema-id": 0, "fields": [
+                    {"id": 1, "name": "id", "required": true, "type": "long"},
+                    {"id": 2, "name": "cents", "required": false, "type": "long"}]},
+                {"type": "struct", "schema-id": 1, "identifier-field-ids": [1], "fields": [
+                    {"id": 1, "name": "id", "required": true, "type": "long"},
+                    {"id": 3, "name": "note", "required": false, "type": "string"}]}
+            ],
+            "default-spec-id": 1,
+            "partition-specs": [
+                {"spec-id": 0, "fields": []},
+                {"spec-id": 1, "fields": [
+                    {"name": "id_bucket", "transform": "bucket[4]", "source-id": 1, "field-id": 1000}]}
+            ],
+            "last-partition-id": 1000,
+            "default-sort-order-id": 1,
+            "sort-orders": [
+                {"order-id": 0, "fields": []},
+                {"order-id": 1, "fields": [
+                    {"transform": "identity", "source-id": 1, "direction": "asc", "null-order": "nulls-first"}]}
+            ],
+            "properties": {
+                "write.format.default": "parquet",
+                "write.parquet.compression-codec": "zstd",
+                "write.data.path": "s3://elsewhere/data",
+                "write.object-storage.enabled": "true",
+                "owner": "shop"
+            },
+            "current-snapshot-id": 2,
+            "refs": {"main": {"snapshot-id": 2, "type": "branch"}},
+            "snapshots": [
+                {"snapshot-id": 1, "sequence-number": 1, "timestamp-ms": 1_700_000_000_000i64,
+                 "manifest-list": "file:///wh/shop/orders/metadata/snap-1.avro",
+                 "summary": {"operation": "append", "upload-id": "a"}, "schema-id": 0},
+                {"snapshot-id": 2, "parent-snapshot-id": 1, "sequence-number": 2,
+                 "timestamp-ms": 1_700_000_000_001i64,
+                 "manifest-list": "file:///wh/shop/orders/metadata/snap-2.avro",
+                 "summary": {"operation": "append", "upload-id": "b"}, "schema-id": 1}
+            ],
+            "snapshot-log": [{"snapshot-id": 1, "timestamp-ms": 1_700_000_000_000i64},
+                             {"snapshot-id": 2, "timestamp-ms": 1_700_000_000_001i64}],
+            "metadata-log": [{"metadata-file": "file:///wh/shop/orders/metadata/00000.metadata.json",
+                              "timestamp-ms": 1_699_999_999_999i64}]
+        });
+        if format_version == 3 {
+            json["next-row-id"] = 10.into();
+            for snapshot in json["snapshots"].as_array_mut().unwrap() {
+                snapshot["first-row-id"] = 0.into();
+                snapshot["added-rows"] = 5.into();
+            }
+        }
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_staging_table_has_the_targets_layout_and_none_of_its_history() {
+        for format_version in [2, 3] {
+            let target = target(format_version);
+            let location = "file:///wh/staging/upload_x";
+            let staging = staging_metadata(
+                &target,
+                location,
+                HashMap::from([(PROP_STATE.to_string(), "open".to_string())]),
+            )
+            .unwrap();
+            assert_eq!(staging.format_version(), target.format_version());
+            assert_eq!(staging.location(), location);
+            assert_ne!(staging.uuid(), target.uuid());
+            // Field ids, schema ids, specs and orders as the target has them.
+            assert_eq!(staging.last_column_id(), 3);
+            assert_eq!(staging.current_schema_id(), 1);
+            // (Kept in maps: compared in id order.)
+            let schemas = |m: &TableMetadata| {
+                let mut all: Vec<_> = m.schemas_iter().cloned().collect();
+                all.sort_by_key(|s| s.schema_id());
+                all
+            };
+            assert_eq!(schemas(&staging), schemas(&target));
+            assert_eq!(staging.default_partition_spec_id(), 1);
+            assert_eq!(staging.last_partition_id(), 1000);
+            let specs = |m: &TableMetadata| {
+                let mut all: Vec<_> = m.partition_specs_iter().cloned().collect();
+                all.sort_by_key(|s| s.spec_id());
+                all
+            };
+            assert_eq!(specs(&staging), specs(&target));
+            assert_eq!(staging.default_sort_order_id(), 1);
+            let orders = |m: &TableMetadata| {
+                let mut all: Vec<_> = m.sort_orders_iter().cloned().collect();
+                all.sort_by_key(|s| s.order_id);
+                all
+            };
+            assert_eq!(orders(&staging), orders(&target));
+            // None of its history.
+            assert_eq!(staging.snapshots().count(), 0);
+            assert!(staging.current_snapshot().is_none());
+            assert_eq!(staging.history().len(), 0);
+            assert_eq!(staging.metadata_log().len(), 0);
+            assert_eq!(staging.last_sequence_number(), 0);
+            if format_version == 3 {
+                assert_eq!(staging.next_row_id(), 0);
+            }
+            // How files are written, never where; the session's own.
+            let props: BTreeMap<_, _> = staging.properties().clone().into_iter().collect();
+            assert_eq!(
+                props,
+                BTreeMap::from([
+                    ("write.format.default".to_string(), "parquet".to_string()),
+                    (
+                        "write.parquet.compression-codec".to_string(),
+                        "zstd".to_string()
+                    ),
+                    (PROP_STATE.to_string(), "open".to_string()),
+                ])
+            );
+        }
+    }
 }

@@ -429,6 +429,115 @@ async fn rewriting_manifests_changes_no_row_and_keeps_the_evidence() {
     );
 }
 
+/// A target merges its manifests as Iceberg's commit properties say: once
+/// `commit.manifest.min-count-to-merge` commits have landed since the last
+/// merge, in the background, in `replace` snapshots that change no row;
+/// promotions are still answered as promoted and land once. `INSERT INTO`
+/// merges the same way; a table with `commit.manifest-merge.enabled =
+/// false` keeps one manifest per commit; a count that is not one is
+/// refused when the table is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_merges_its_manifests_as_its_properties_say() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    run(&ctx, "CREATE SCHEMA s").await.unwrap();
+    for (table, properties) in [
+        ("s.t", "'commit.manifest.min-count-to-merge' = '4'"),
+        ("s.u", "'commit.manifest.min-count-to-merge' = '2'"),
+        (
+            "s.off",
+            "'commit.manifest-merge.enabled' = 'false', 'commit.manifest.min-count-to-merge' = '2'",
+        ),
+    ] {
+        run(
+            &ctx,
+            &format!(
+                "CREATE TABLE {table} (id BIGINT NOT NULL, upload VARCHAR NOT NULL) \
+                 TBLPROPERTIES ({properties})"
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    for n in 0..5 {
+        for table in ["s.u", "s.off"] {
+            run(&ctx, &format!("INSERT INTO {table} VALUES ({n}, 'x')"))
+                .await
+                .unwrap();
+        }
+    }
+    let mut ids = vec![];
+    for _ in 0..9 {
+        let id = target_with_upload(&warehouse, 3).await;
+        run(&ctx, &format!("PROMOTE UPLOAD '{id}'")).await.unwrap();
+        ids.push(id);
+    }
+    // The merges run after the commits are answered: wait for them to land.
+    // Fewer manifests than commits since the last merge is what the
+    // properties ask for (level 1, and under 4 appended since).
+    let shape = |table: &'static str| {
+        let ctx = &ctx;
+        async move {
+            scalar(
+                ctx,
+                &format!(
+                    "SELECT (SELECT count(*) FROM {table}$manifests) || ' manifests, ' || \
+                     (SELECT count(*) FROM {table}$snapshots WHERE operation = 'replace') || ' merges'"
+                ),
+            )
+            .await
+        }
+    };
+    let manifests = |shape: &str| -> u32 { shape.split(' ').next().unwrap().parse().unwrap() };
+    let mut merged = (String::new(), String::new());
+    for _ in 0..100 {
+        merged = (shape("s.t").await, shape("s.u").await);
+        if manifests(&merged.0) <= 4 && manifests(&merged.1) <= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        manifests(&merged.0) <= 4
+            && manifests(&merged.1) <= 2
+            && !merged.0.ends_with(" 0 merges")
+            && !merged.1.ends_with(" 0 merges"),
+        "after 9 promotions, s.t: {}; after 5 inserts, s.u: {}",
+        merged.0,
+        merged.1
+    );
+    // Rows as they were; every promotion answered and landed once.
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "27");
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.u").await, "5");
+    for id in &ids {
+        assert_eq!(
+            landed(&warehouse, id).await,
+            ("3".to_string(), "1".to_string())
+        );
+    }
+    let again = run(&ctx, &format!("PROMOTE UPLOAD '{}'", ids[0]))
+        .await
+        .unwrap();
+    assert_eq!(crate::common::value(&again, "state"), "promoted");
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "27");
+    // Written alongside, with merging off: one manifest per commit.
+    assert_eq!(shape("s.off").await, "5 manifests, 0 merges");
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.off").await, "5");
+
+    let refused = run(
+        &ctx,
+        "CREATE TABLE s.w (id BIGINT) TBLPROPERTIES ('commit.manifest.min-count-to-merge' = 'often')",
+    )
+    .await
+    .unwrap_err()
+    .user_message();
+    assert!(
+        refused.contains("'commit.manifest.min-count-to-merge' = 'often'")
+            && refused.contains("whole number"),
+        "{refused}"
+    );
+}
+
 /// A client completed in time, and the promotion died with its process
 /// after claiming the upload: once the upload's ttl has passed, the
 /// promotion can still be run again (for an hour) and lands once; an

@@ -1,0 +1,165 @@
+//! What an append leaves due, done in the background: a table appended to
+//! one small commit at a time (a target after thousands of promotions, one
+//! of icestage's logs) lists a manifest per append, and an icestage-owned
+//! table keeps only its last snapshots.
+//!
+//! - **icestage's own tables**: old snapshots expired ([`trim_snapshots`])
+//!   and, every [`OWNED_MERGE_AFTER`] appends, the manifests merged into
+//!   levels of a bounded size sorted by partition ([`Layout::Levels`]): a
+//!   lookup by the partition column reads a manifest list of bounded length
+//!   and about one manifest per level.
+//! - **A user's table** (a target, a table `INSERT INTO` writes): its
+//!   manifests merged as Iceberg's commit properties say,
+//!   `commit.manifest-merge.enabled` (default `true`) once
+//!   `commit.manifest.min-count-to-merge` commits (default 100) have landed
+//!   since the last merge, into the same levels; its snapshots are the
+//!   user's (`EXPIRE SNAPSHOTS`).
+//!
+//! A merge is a `replace` snapshot that changes no row and keeps every
+//! entry's snapshot id and sequence number, and every older snapshot (the
+//! exactly-once evidence), as `REWRITE MANIFESTS` does.
+
+use iceberg::table::Table;
+
+use super::IcebergCatalog;
+use super::commit::{trim_due, trim_snapshots};
+use super::compact::{Layout, MERGED_AT, rewrite_manifests};
+
+/// Whose table an append went to, which decides its upkeep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Whose {
+    /// One of icestage's own tables (logs, `copy_log`, deliveries).
+    Icestage,
+    /// A user's table: a target, a staging or download table, a table
+    /// `INSERT INTO` writes.
+    User,
+}
+
+/// Iceberg's switch for merging manifests on commit.
+pub(crate) const MANIFEST_MERGE_ENABLED: &str = "commit.manifest-merge.enabled";
+/// Iceberg's count of manifests (here: commits since the last merge) that
+/// makes a merge due.
+pub(crate) const MIN_COUNT_TO_MERGE: &str = "commit.manifest.min-count-to-merge";
+/// [`MIN_COUNT_TO_MERGE`] when a table does not set it (Iceberg's default).
+const DEFAULT_MIN_COUNT_TO_MERGE: i64 = 100;
+
+/// Appends (commits) to an icestage-owned table between manifest merges:
+/// the most level-0 manifests a lookup meets.
+const OWNED_MERGE_AFTER: i64 = 128;
+/// Rounds of upkeep one task does at most before it leaves the rest to
+/// the next append.
+const UPKEEP_PASSES: usize = 4;
+/// How an icestage-owned table's manifests are merged: 200 entries per
+/// manifest, at most 1,000 in level 1.
+const OWNED_LAYOUT: Layout = Layout::Levels {
+    per_manifest: 200,
+    level_one: 1000,
+};
+/// How a user's table's manifests are merged: level 1 at most 1,000
+/// entries, level 2 in manifests of 1,000 sorted by partition.
+const USER_LAYOUT: Layout = Layout::Levels {
+    per_manifest: 1000,
+    level_one: 1000,
+};
+
+/// What is due on a table of `whose` after an append.
+struct Due {
+    trim: bool,
+    merge: bool,
+}
+
+impl Due {
+    fn of(table: &Table, whose: Whose) -> Self {
+        match whose {
+            Whose::Icestage => Due {
+                trim: trim_due(table),
+                merge: merge_due(table, OWNED_MERGE_AFTER),
+            },
+            Whose::User => Due {
+                trim: false,
+                merge: merge_after(table).is_some_and(|after| merge_due(table, after)),
+            },
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.trim || self.merge
+    }
+}
+
+/// Starts what `appended` (the table as an append committed it) has due,
+/// in the background: the appending caller is answered without waiting for
+/// it, and a merge is put on top of the appends that land meanwhile
+/// ([`rewrite_manifests`]).
+///
+/// Every append finds the upkeep due until it lands, and under load many
+/// append at once: one task per table in this process does it (with the
+/// table loaded again, in case another just did), the others leave it to
+/// that one.
+///
+/// Best effort: the append is committed whatever happens here (failing it
+/// now would have its caller write it twice). What fails, or is cut short
+/// by the process ending, is due again at the next append.
+pub(crate) fn after_append(catalog: &IcebergCatalog, appended: Table, whose: Whose) {
+    if !Due::of(&appended, whose).any() {
+        return;
+    }
+    let ident = appended.identifier().clone();
+    let Some(upkeep) = catalog.try_exclusive(&format!("{ident} upkeep")) else {
+        return;
+    };
+    let catalog = catalog.clone();
+    let layout = match whose {
+        Whose::Icestage => OWNED_LAYOUT,
+        Whose::User => USER_LAYOUT,
+    };
+    tokio::spawn(async move {
+        let _upkeep = upkeep;
+        // Appends that found the upkeep taken while this ran left theirs
+        // to it: it looks again before it stops.
+        for _ in 0..UPKEEP_PASSES {
+            let mut table = catalog.catalog().load_table(&ident).await?;
+            let due = Due::of(&table, whose);
+            if !due.any() {
+                break;
+            }
+            if due.trim {
+                trim_snapshots(&catalog, &table).await?;
+                table = catalog.catalog().load_table(&ident).await?;
+            }
+            if Due::of(&table, whose).merge {
+                rewrite_manifests(&catalog, &table, layout).await?;
+            }
+        }
+        Ok::<_, crate::error::Error>(())
+    });
+}
+
+/// Commits between merges of a user's table, from its properties; `None`
+/// when it asks for no merging (or sets a count that is not one: a table
+/// written elsewhere is not refused here, only left alone).
+fn merge_after(table: &Table) -> Option<i64> {
+    let properties = table.metadata().properties();
+    if properties
+        .get(MANIFEST_MERGE_ENABLED)
+        .is_some_and(|v| !v.trim().eq_ignore_ascii_case("true"))
+    {
+        return None;
+    }
+    match properties.get(MIN_COUNT_TO_MERGE) {
+        None => Some(DEFAULT_MIN_COUNT_TO_MERGE),
+        Some(value) => value.trim().parse::<i64>().ok().filter(|n| *n >= 1),
+    }
+}
+
+/// Whether `after` commits have landed on `table` since its manifests were
+/// last merged (each commit adds a manifest or more).
+fn merge_due(table: &Table, after: i64) -> bool {
+    let metadata = table.metadata();
+    let merged_at = metadata
+        .properties()
+        .get(MERGED_AT)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    metadata.last_sequence_number() - merged_at >= after
+}
