@@ -1,24 +1,29 @@
-//! Finding the data files that hold one value of an identity-partitioned
-//! column, in a table whose manifests rarely change: icestage's logs, looked
-//! up by session id on every status read and every promotion.
+//! Finding the data files that may hold some rows, in a table whose
+//! manifests rarely change: icestage's logs, looked up by session id on
+//! every status read and every promotion, and read by time by the pollers
+//! (the webhook dispatcher: what ended, what was delivered, which pipe runs
+//! finished since its last round).
 //!
 //! A log's manifests are merged in levels ([`super::compact::Layout`]): the
 //! merged ones stay the same across thousands of appends, while each append
 //! makes a new table version. iceberg's scan keeps what it decoded with the
-//! table version, so every lookup after an append decoded the merged
-//! manifest holding the id again (a few hundred entries). Manifest files
-//! never change once written: here they are kept by path, across versions,
-//! and a lookup decodes only the manifest list and the manifests appended
-//! since it last looked.
+//! table version, so every read after an append decoded the merged
+//! manifests again (a few hundred entries each; every one of them, for a
+//! read by time). Manifest files never change once written: here they are
+//! kept by path, across versions, and a read decodes only the manifest list
+//! and the manifests appended since it last looked.
 
 use std::sync::{Arc, Mutex};
 
+use chrono::{DateTime, Utc};
+use datafusion::arrow::array::RecordBatch;
 use futures::{StreamExt, TryStreamExt};
+use iceberg::expr::{Predicate, Reference};
 use iceberg::io::FileIO;
 use iceberg::scan::FileScanTask;
 use iceberg::spec::{
-    DataContentType, Literal, Manifest, ManifestContentType, ManifestFile, PrimitiveLiteral,
-    Transform,
+    DataContentType, Datum, Literal, Manifest, ManifestContentType, ManifestFile,
+    PrimitiveLiteral, Schema, Transform,
 };
 use iceberg::table::Table;
 
@@ -59,17 +64,39 @@ impl Manifests {
         Ok(manifest)
     }
 
-    /// Tasks reading every column of the current snapshot's data files of
-    /// `table` that may hold rows whose column `field` equals `value`:
-    /// under a spec that partitions by `field`'s identity, the files of
-    /// that partition value; under any other, every file (the caller keeps
-    /// the matching rows). `None` when the table has delete files: the
-    /// caller plans a full scan instead.
-    pub(crate) async fn files_holding(
+    /// Every column of the rows of `table` in the files that may hold a
+    /// row `wanted` asks for (the caller keeps the matching rows), planned
+    /// from manifests decoded once; a table with delete files is scanned
+    /// with `wanted` as its filter instead.
+    pub(crate) async fn read(
         &self,
         table: &Table,
-        field: i32,
-        value: &str,
+        wanted: Wanted<'_>,
+    ) -> Result<Vec<RecordBatch>> {
+        let stream = match self.files(table, wanted).await? {
+            Some(tasks) => table
+                .reader_builder()
+                .build()
+                .read(futures::stream::iter(tasks.into_iter().map(Ok)).boxed())?
+                .stream(),
+            None => {
+                let mut scan = table.scan();
+                if let Some(filter) = wanted.filter(table.metadata().current_schema()) {
+                    scan = scan.with_filter(filter);
+                }
+                scan.build()?.to_arrow().await?
+            }
+        };
+        Ok(stream.try_collect().await?)
+    }
+
+    /// Tasks reading every column of the current snapshot's data files of
+    /// `table` that may hold a row `wanted` asks for, from manifests decoded
+    /// once. `None` when the table has delete files.
+    pub(crate) async fn files(
+        &self,
+        table: &Table,
+        wanted: Wanted<'_>,
     ) -> Result<Option<Vec<FileScanTask>>> {
         let metadata = table.metadata();
         let Some(snapshot) = metadata.current_snapshot() else {
@@ -87,16 +114,19 @@ impl Manifests {
         let columns: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
         let mut tasks = vec![];
         for file in list.entries() {
-            // Where `field` sits in this manifest's partition tuple, if its
-            // spec partitions by its value.
-            let position = metadata
-                .partition_spec_by_id(file.partition_spec_id)
-                .and_then(|spec| {
-                    spec.fields()
-                        .iter()
-                        .position(|p| p.source_id == field && p.transform == Transform::Identity)
-                });
-            if let Some(position) = position
+            // Where the wanted value sits in this manifest's partition
+            // tuple, if its spec partitions by its column's identity.
+            let position = match wanted {
+                Wanted::Holding { field, .. } => metadata
+                    .partition_spec_by_id(file.partition_spec_id)
+                    .and_then(|spec| {
+                        spec.fields().iter().position(|p| {
+                            p.source_id == field && p.transform == Transform::Identity
+                        })
+                    }),
+                Wanted::Since { .. } => None,
+            };
+            if let (Wanted::Holding { value, .. }, Some(position)) = (wanted, position)
                 && let Some(summary) = file.partitions.as_ref().and_then(|p| p.get(position))
                 && let (Some(lower), Some(upper)) = (&summary.lower_bound, &summary.upper_bound)
                 && !(lower.as_ref() <= value.as_bytes() && value.as_bytes() <= upper.as_ref())
@@ -109,12 +139,22 @@ impl Manifests {
                 if data.content_type() != DataContentType::Data {
                     return Ok(None);
                 }
-                if let Some(position) = position
-                    && !matches!(
-                        data.partition().fields().get(position),
-                        Some(Some(Literal::Primitive(PrimitiveLiteral::String(held)))) if held == value
-                    )
-                {
+                let may_hold = match wanted {
+                    Wanted::Holding { value, .. } => position.is_none_or(|position| {
+                        matches!(
+                            data.partition().fields().get(position),
+                            Some(Some(Literal::Primitive(PrimitiveLiteral::String(held)))) if held == value
+                        )
+                    }),
+                    // No upper bound (metrics off): it may.
+                    Wanted::Since { field, micros } => {
+                        data.upper_bounds().get(&field).is_none_or(|upper| {
+                            upper.partial_cmp(&Datum::timestamptz_micros(micros))
+                                != Some(std::cmp::Ordering::Less)
+                        })
+                    }
+                };
+                if !may_hold {
                     continue;
                 }
                 tasks.push(
@@ -136,17 +176,40 @@ impl Manifests {
     }
 }
 
-/// The rows of `tasks` (from [`Manifests::files_holding`] on `table`).
-pub(crate) async fn read(
-    table: &Table,
-    tasks: Vec<FileScanTask>,
-) -> Result<Vec<datafusion::arrow::array::RecordBatch>> {
-    let stream = futures::stream::iter(tasks.into_iter().map(Ok)).boxed();
-    Ok(table
-        .reader_builder()
-        .build()
-        .read(stream)?
-        .stream()
-        .try_collect()
-        .await?)
+/// Which rows a plan from decoded manifests ([`Manifests::files`]) is for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wanted<'a> {
+    /// Rows whose string column `field` equals `value`: under a spec that
+    /// partitions by `field`'s identity, the files of that partition value
+    /// (manifests skipped by their partition bounds); under any other,
+    /// every file.
+    Holding { field: i32, value: &'a str },
+    /// Rows whose timestamp column `field` is at or after `micros`: the
+    /// files whose upper bound of it is not before (or that keep none).
+    Since { field: i32, micros: i64 },
 }
+
+impl Wanted<'_> {
+    /// Rows of `schema` whose timestamp column `column` is at or after
+    /// `since`; `None` when it has no such column.
+    pub(crate) fn since(schema: &Schema, column: &str, since: DateTime<Utc>) -> Option<Self> {
+        Some(Wanted::Since {
+            field: schema.field_by_name(column)?.id,
+            micros: since.timestamp_micros(),
+        })
+    }
+
+    /// The same rows as a scan filter of `schema`.
+    fn filter(&self, schema: &Schema) -> Option<Predicate> {
+        match *self {
+            Wanted::Holding { field, value } => Some(
+                Reference::new(schema.name_by_field_id(field)?).equal_to(Datum::string(value)),
+            ),
+            Wanted::Since { field, micros } => Some(
+                Reference::new(schema.name_by_field_id(field)?)
+                    .greater_than_or_equal_to(Datum::timestamptz_micros(micros)),
+            ),
+        }
+    }
+}
+

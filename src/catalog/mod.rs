@@ -681,17 +681,6 @@ pub(crate) enum Removal {
     Location,
 }
 
-/// A scan filter: `column` (a `timestamptz`) at or after `since`; files
-/// whose bounds lie before it are not read.
-pub(crate) fn at_or_after(
-    column: &str,
-    since: chrono::DateTime<chrono::Utc>,
-) -> iceberg::expr::Predicate {
-    iceberg::expr::Reference::new(column).greater_than_or_equal_to(
-        iceberg::spec::Datum::timestamptz_micros(since.timestamp_micros()),
-    )
-}
-
 /// Runs an async catalog call from a synchronous DataFusion callback
 /// (`CatalogProvider::schema`, table functions).
 ///

@@ -808,18 +808,31 @@ pub(crate) async fn runs_since(
     use datafusion::arrow::array::{Array, AsArray};
     use datafusion::arrow::compute::cast;
     use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
+    use crate::catalog::lookup::Wanted;
     use futures::TryStreamExt;
     let mut records = vec![];
     for pipe in list(icestage).await? {
-        let batches: Vec<datafusion::arrow::array::RecordBatch> = pipe
-            .table
-            .scan()
-            .with_filter(crate::catalog::at_or_after("finished_at", since))
-            .build()?
-            .to_arrow()
-            .await?
-            .try_collect()
-            .await?;
+        // The files whose runs may have finished since, from manifests
+        // decoded once; the runs are kept below.
+        let batches: Vec<datafusion::arrow::array::RecordBatch> =
+            match Wanted::since(pipe.table.metadata().current_schema(), "finished_at", since) {
+                Some(wanted) => {
+                    icestage
+                        .catalog(&pipe.catalog)?
+                        .manifests()
+                        .read(&pipe.table, wanted)
+                        .await?
+                }
+                None => {
+                    pipe.table
+                        .scan()
+                        .build()?
+                        .to_arrow()
+                        .await?
+                        .try_collect()
+                        .await?
+                }
+            };
         for batch in &batches {
             let column = |name: &str, to: &DataType| -> Result<Arc<dyn Array>> {
                 Ok(cast(batch.column_by_name(name).expect("runs column"), to)?)
@@ -861,5 +874,6 @@ pub(crate) async fn runs_since(
             }
         }
     }
+    records.retain(|run| run.finished_at.is_some_and(|at| at >= since));
     Ok(records)
 }

@@ -27,6 +27,7 @@ use sha2::Sha256;
 
 use super::{AppState, WebhookSettings, json_of};
 use crate::catalog::insert::append_rows;
+use crate::catalog::lookup::Wanted;
 use crate::config::parse_duration;
 use crate::download::DownloadState;
 use crate::rows::Value as RowValue;
@@ -158,14 +159,32 @@ async fn delivered(
     since: Option<DateTime<Utc>>,
 ) -> crate::error::Result<HashSet<String>> {
     let table = deliveries(state).await?;
-    let mut scan = table.scan().select(["event_id"]);
-    if let Some(since) = since {
-        scan = scan.with_filter(crate::catalog::at_or_after("delivered_at", since));
-    }
-    let batches: Vec<RecordBatch> = scan.build()?.to_arrow().await?.try_collect().await?;
+    // Since a time: the files that may hold deliveries since, from
+    // manifests decoded once (an earlier one read with them is as
+    // acknowledged).
+    let batches: Vec<RecordBatch> = match since.and_then(|since| {
+        Wanted::since(table.metadata().current_schema(), "delivered_at", since)
+    }) {
+        Some(wanted) => {
+            state
+                .0
+                .icestage
+                .default_catalog()
+                .manifests()
+                .read(&table, wanted)
+                .await?
+        }
+        None => table.scan().build()?.to_arrow().await?.try_collect().await?,
+    };
     let mut ids = HashSet::new();
     for batch in &batches {
-        let column = cast(batch.column(0), &DataType::Utf8)?;
+        let column = batch.column_by_name("event_id").ok_or_else(|| {
+            crate::error::Error::invalid(format!(
+                "{} has no column event_id: it was not written by icestage",
+                deliveries_ident()
+            ))
+        })?;
+        let column = cast(column, &DataType::Utf8)?;
         ids.extend(
             column
                 .as_string::<i32>()

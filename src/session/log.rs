@@ -10,8 +10,7 @@ use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
 use futures::TryStreamExt;
-use iceberg::expr::Reference;
-use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, Type};
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 
@@ -19,6 +18,7 @@ use super::{SessionRecord, is_missing};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::Icestage;
 use crate::catalog::insert::append_rows;
+use crate::catalog::lookup::Wanted;
 use crate::error::{Error, Result};
 use crate::rows::Value;
 use std::fmt::Display;
@@ -64,6 +64,8 @@ pub(crate) const DOWNLOADS: SessionLog = SessionLog {
 const ID_FIELD: i32 = 1;
 const TARGET_FIELD: i32 = 3;
 const STAGING_FIELD: i32 = 4;
+/// When a record was written: what "recorded since" reads by.
+const RECORDED_AT: &str = "recorded_at";
 
 fn log_ident(log: SessionLog) -> TableIdent {
     TableIdent::new(
@@ -83,7 +85,7 @@ fn log_schema(log: SessionLog) -> Result<Schema> {
         NestedField::optional(STAGING_FIELD, log.staging, string()),
         NestedField::optional(5, "created_at", time()),
         NestedField::optional(6, "expires_at", time()),
-        NestedField::required(7, "recorded_at", time()),
+        NestedField::required(7, RECORDED_AT, time()),
         NestedField::optional(8, "rows", long()),
         NestedField::optional(9, "files", long()),
         NestedField::optional(10, "snapshot_id", long()),
@@ -200,31 +202,19 @@ async fn read<S: FromStr<Err = Error>>(
         named(TARGET_FIELD, log.target),
         named(STAGING_FIELD, log.staging),
     ];
-    // By id alone: the files of that id, from manifests decoded once.
-    let planned = match (id, since) {
-        (Some(id), None) => {
-            catalog
-                .manifests()
-                .files_holding(&table, ID_FIELD, id)
-                .await?
-        }
-        _ => None,
+    // By id (a lookup), or by time (a poller): the files that may hold it,
+    // from manifests decoded once; the rows are kept below. Neither: all.
+    let wanted = match (id, since) {
+        (Some(id), _) => Some(Wanted::Holding {
+            field: ID_FIELD,
+            value: id,
+        }),
+        (None, Some(since)) => Wanted::since(schema, RECORDED_AT, since),
+        (None, None) => None,
     };
-    let batches: Vec<RecordBatch> = match planned {
-        Some(tasks) => crate::catalog::lookup::read(&table, tasks).await?,
-        None => {
-            // One filter (a second `with_filter` would replace the first).
-            let by_id = id.map(|id| Reference::new(names[0].clone()).equal_to(Datum::string(id)));
-            let recent = since.map(|since| crate::catalog::at_or_after("recorded_at", since));
-            let mut scan = table.scan();
-            if let Some(filter) = match (by_id, recent) {
-                (Some(a), Some(b)) => Some(a.and(b)),
-                (a, b) => a.or(b),
-            } {
-                scan = scan.with_filter(filter);
-            }
-            scan.build()?.to_arrow().await?.try_collect().await?
-        }
+    let batches: Vec<RecordBatch> = match wanted {
+        Some(wanted) => catalog.manifests().read(&table, wanted).await?,
+        None => table.scan().build()?.to_arrow().await?.try_collect().await?,
     };
     let mut records = vec![];
     for batch in &batches {
@@ -539,17 +529,26 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(all.len(), 15);
+        // What the read plans: from the manifests decoded once, the files
+        // whose `recorded_at` upper bound is not before `since`.
         let table = log_table(&catalog, UPLOADS).await.unwrap();
-        let planned = table
-            .scan()
-            .with_filter(crate::catalog::at_or_after("recorded_at", since))
-            .build()
+        let field = table
+            .metadata()
+            .current_schema()
+            .field_by_name(RECORDED_AT)
             .unwrap()
-            .plan_files()
+            .id;
+        let planned = catalog
+            .manifests()
+            .files(
+                &table,
+                Wanted::Since {
+                    field,
+                    micros: since.timestamp_micros(),
+                },
+            )
             .await
             .unwrap()
-            .try_collect::<Vec<_>>()
-            .await
             .unwrap();
         assert_eq!(planned.len(), 3, "the old records' files are skipped");
     }
