@@ -129,6 +129,9 @@ pub(crate) async fn expire_snapshots(
     use crate::upload::SNAPSHOT_UPLOAD_ID;
 
     let catalog = ctx.icestage.catalog(catalog)?;
+    // This process's background merge of the table waits (it would make
+    // this a conflict).
+    let _turn = crate::catalog::upkeep::turn(catalog, ident).await;
     let table = catalog.catalog().load_table(ident).await?;
     let metadata = table.metadata();
     let cutoff = Utc::now().timestamp_millis()

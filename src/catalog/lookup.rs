@@ -22,8 +22,8 @@ use iceberg::expr::{Predicate, Reference};
 use iceberg::io::FileIO;
 use iceberg::scan::FileScanTask;
 use iceberg::spec::{
-    DataContentType, Datum, Literal, Manifest, ManifestContentType, ManifestFile,
-    PrimitiveLiteral, Schema, Transform,
+    DataContentType, Datum, Literal, Manifest, ManifestContentType, ManifestFile, PrimitiveLiteral,
+    Schema, Transform,
 };
 use iceberg::table::Table;
 
@@ -68,11 +68,7 @@ impl Manifests {
     /// row `wanted` asks for (the caller keeps the matching rows), planned
     /// from manifests decoded once; a table with delete files is scanned
     /// with `wanted` as its filter instead.
-    pub(crate) async fn read(
-        &self,
-        table: &Table,
-        wanted: Wanted<'_>,
-    ) -> Result<Vec<RecordBatch>> {
+    pub(crate) async fn read(&self, table: &Table, wanted: Wanted<'_>) -> Result<Vec<RecordBatch>> {
         let stream = match self.files(table, wanted).await? {
             Some(tasks) => table
                 .reader_builder()
@@ -202,9 +198,9 @@ impl Wanted<'_> {
     /// The same rows as a scan filter of `schema`.
     fn filter(&self, schema: &Schema) -> Option<Predicate> {
         match *self {
-            Wanted::Holding { field, value } => Some(
-                Reference::new(schema.name_by_field_id(field)?).equal_to(Datum::string(value)),
-            ),
+            Wanted::Holding { field, value } => {
+                Some(Reference::new(schema.name_by_field_id(field)?).equal_to(Datum::string(value)))
+            }
             Wanted::Since { field, micros } => Some(
                 Reference::new(schema.name_by_field_id(field)?)
                     .greater_than_or_equal_to(Datum::timestamptz_micros(micros)),
@@ -212,4 +208,3 @@ impl Wanted<'_> {
         }
     }
 }
-

@@ -641,6 +641,17 @@ pub(crate) fn owned_table_properties() -> HashMap<String, String> {
         .collect()
 }
 
+/// Properties of a session's table (a staging or download table):
+/// [`OWNED_TABLE_PROPERTIES`], and its manifests never merged (by icestage
+/// or a client honouring the property): a staging table takes appends alone
+/// (a merge's `replace` snapshot would leave its upload unpromotable), a
+/// download table one fill.
+pub(crate) fn session_table_properties() -> HashMap<String, String> {
+    let mut properties = owned_table_properties();
+    properties.insert(upkeep::MANIFEST_MERGE_ENABLED.into(), "false".into());
+    properties
+}
+
 /// Properties of the tables only icestage writes ([`IcebergCatalog::owned_table`]):
 /// [`OWNED_TABLE_PROPERTIES`]; manifest entries that keep the bounds of the
 /// timestamp columns alone (what reading "recorded since" prunes by; a

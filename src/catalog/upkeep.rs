@@ -19,6 +19,7 @@
 //! entry's snapshot id and sequence number, and every older snapshot (the
 //! exactly-once evidence), as `REWRITE MANIFESTS` does.
 
+use iceberg::TableIdent;
 use iceberg::table::Table;
 
 use super::IcebergCatalog;
@@ -105,7 +106,7 @@ pub(crate) fn after_append(catalog: &IcebergCatalog, appended: Table, whose: Who
         return;
     }
     let ident = appended.identifier().clone();
-    let Some(upkeep) = catalog.try_exclusive(&format!("{ident} upkeep")) else {
+    let Some(upkeep) = catalog.try_exclusive(&turn_key(&ident)) else {
         return;
     };
     let catalog = catalog.clone();
@@ -133,6 +134,21 @@ pub(crate) fn after_append(catalog: &IcebergCatalog, appended: Table, whose: Who
         }
         Ok::<_, crate::error::Error>(())
     });
+}
+
+/// The turn at the upkeep of `ident` in this process: the background task
+/// holds it while it works, and a statement that rewrites the table's
+/// manifests (`REWRITE MANIFESTS`) takes it, so that the two take turns
+/// instead of undoing each other's work.
+pub(crate) async fn turn(
+    catalog: &IcebergCatalog,
+    ident: &TableIdent,
+) -> tokio::sync::OwnedMutexGuard<()> {
+    catalog.exclusive(&turn_key(ident)).await
+}
+
+fn turn_key(ident: &TableIdent) -> String {
+    format!("{ident} upkeep")
 }
 
 /// Commits between merges of a user's table, from its properties; `None`

@@ -224,7 +224,7 @@ pub(crate) async fn create_download(
     if let Some(owner) = &options.owner {
         properties.insert(PROP_OWNER.to_string(), owner.clone());
     }
-    properties.extend(crate::catalog::owned_table_properties());
+    properties.extend(crate::catalog::session_table_properties());
     let creation = TableCreation::builder()
         .name(ident.name().to_string())
         .schema(spec.schema.clone())

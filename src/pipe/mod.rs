@@ -805,10 +805,10 @@ pub(crate) async fn runs_since(
     icestage: &Icestage,
     since: DateTime<Utc>,
 ) -> Result<Vec<PipeRunRecord>> {
+    use crate::catalog::lookup::Wanted;
     use datafusion::arrow::array::{Array, AsArray};
     use datafusion::arrow::compute::cast;
     use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
-    use crate::catalog::lookup::Wanted;
     use futures::TryStreamExt;
     let mut records = vec![];
     for pipe in list(icestage).await? {

@@ -162,9 +162,9 @@ async fn delivered(
     // Since a time: the files that may hold deliveries since, from
     // manifests decoded once (an earlier one read with them is as
     // acknowledged).
-    let batches: Vec<RecordBatch> = match since.and_then(|since| {
-        Wanted::since(table.metadata().current_schema(), "delivered_at", since)
-    }) {
+    let batches: Vec<RecordBatch> = match since
+        .and_then(|since| Wanted::since(table.metadata().current_schema(), "delivered_at", since))
+    {
         Some(wanted) => {
             state
                 .0
@@ -174,7 +174,15 @@ async fn delivered(
                 .read(&table, wanted)
                 .await?
         }
-        None => table.scan().build()?.to_arrow().await?.try_collect().await?,
+        None => {
+            table
+                .scan()
+                .build()?
+                .to_arrow()
+                .await?
+                .try_collect()
+                .await?
+        }
     };
     let mut ids = HashSet::new();
     for batch in &batches {

@@ -214,7 +214,15 @@ async fn read<S: FromStr<Err = Error>>(
     };
     let batches: Vec<RecordBatch> = match wanted {
         Some(wanted) => catalog.manifests().read(&table, wanted).await?,
-        None => table.scan().build()?.to_arrow().await?.try_collect().await?,
+        None => {
+            table
+                .scan()
+                .build()?
+                .to_arrow()
+                .await?
+                .try_collect()
+                .await?
+        }
     };
     let mut records = vec![];
     for batch in &batches {

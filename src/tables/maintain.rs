@@ -4,7 +4,8 @@
 use iceberg::TableIdent;
 
 use crate::catalog::compact::{Layout, Rewrite, rewrite_manifests as rewrite};
-use crate::error::Result;
+use crate::catalog::upkeep;
+use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
 
@@ -27,15 +28,28 @@ result_row! {
     }
 }
 
+/// Rewrites tried before a conflict is answered.
+const ATTEMPTS: u32 = 3;
+
 pub(crate) async fn rewrite_manifests(
     ctx: &CommandContext,
     catalog: &str,
     ident: &TableIdent,
 ) -> Result<ManifestsRewritten> {
     let catalog = ctx.icestage.catalog(catalog)?;
-    let table = catalog.catalog().load_table(ident).await?;
+    // The background merge of this process waits for this one; one of
+    // another process that wins meanwhile is read again, a few times.
+    let _turn = upkeep::turn(catalog, ident).await;
+    let mut attempt = 1;
+    let rewritten = loop {
+        let table = catalog.catalog().load_table(ident).await?;
+        match rewrite(catalog, &table, Layout::OnePerSpec).await {
+            Err(Error::Conflict(_)) if attempt < ATTEMPTS => attempt += 1,
+            done => break done?,
+        }
+    };
     let name = ident.to_string();
-    Ok(match rewrite(catalog, &table, Layout::OnePerSpec).await? {
+    Ok(match rewritten {
         Rewrite::Nothing { manifests, why } => ManifestsRewritten {
             table_name: name,
             manifests_before: manifests,

@@ -250,9 +250,9 @@ pub(crate) async fn create_upload(
         super::seal::PROP_SEAL.to_string(),
         super::seal::seal(&key, &properties),
     );
-    // A staging table is icestage's: a bounded metadata folder, whatever
-    // the target's own settings.
-    properties.extend(crate::catalog::owned_table_properties());
+    // A staging table is icestage's: a bounded metadata folder and no
+    // merges, whatever the target's own settings.
+    properties.extend(crate::catalog::session_table_properties());
     match catalog.default_table_location(&ident) {
         Some(location) if catalog.can_register_tables() => {
             let metadata = staging_metadata(table.metadata(), &location, properties)?;

@@ -524,6 +524,32 @@ async fn a_target_merges_its_manifests_as_its_properties_say() {
     assert_eq!(shape("s.off").await, "5 manifests, 0 merges");
     assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.off").await, "5");
 
+    // A table merged after every commit: the maintenance statements run
+    // right after each one take turns with the background merge instead
+    // of failing as a conflict.
+    run(
+        &ctx,
+        "CREATE TABLE s.busy (id BIGINT) TBLPROPERTIES ('commit.manifest.min-count-to-merge' = '1')",
+    )
+    .await
+    .unwrap();
+    for n in 0..8 {
+        run(&ctx, &format!("INSERT INTO s.busy VALUES ({n})"))
+            .await
+            .unwrap();
+        run(&ctx, "REWRITE MANIFESTS s.busy").await.unwrap();
+        run(
+            &ctx,
+            "EXPIRE SNAPSHOTS s.busy WITH (older_than = '1ms', retain_last = 2)",
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        scalar(&ctx, "SELECT count(*) || ',' || sum(id) FROM s.busy").await,
+        "8,28"
+    );
+
     let refused = run(
         &ctx,
         "CREATE TABLE s.w (id BIGINT) TBLPROPERTIES ('commit.manifest.min-count-to-merge' = 'often')",
