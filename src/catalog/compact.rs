@@ -229,6 +229,7 @@ pub(crate) async fn rewrite_manifests(
     // manifest it replaces is still there (a concurrent rewrite of the same
     // manifests wins, and this one changes nothing).
     let mut base = table.clone();
+    let mut refused_lists = vec![];
     for attempt in 0..REBASES {
         let metadata = base.metadata();
         let Some(parent) = metadata.current_snapshot() else {
@@ -281,7 +282,7 @@ pub(crate) async fn rewrite_manifests(
             .with_parent_snapshot_id(Some(parent.snapshot_id()))
             .with_sequence_number(sequence_number)
             .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
-            .with_manifest_list(list_path)
+            .with_manifest_list(list_path.clone())
             .with_summary(Summary {
                 operation: Operation::Replace,
                 additional_properties: totals,
@@ -307,10 +308,20 @@ pub(crate) async fn rewrite_manifests(
                 });
             }
             Err(Refusal::Conflict(_)) => {
+                refused_lists.push(list_path);
                 base = catalog.catalog().load_table(base.identifier()).await?;
             }
-            Err(Refusal::Invalid(_)) => break,
+            Err(Refusal::Invalid(_)) => {
+                refused_lists.push(list_path);
+                break;
+            }
         }
+    }
+    // Nothing refers to what this rewrite wrote (every commit of it was
+    // refused): best effort, an orphan is harmless, only untidy.
+    let written = merged.iter().map(|m| m.manifest_path.clone());
+    for path in written.chain(refused_lists) {
+        let _ = table.file_io().delete(&path).await;
     }
     Err(Error::Conflict(format!(
         "{name} changed while its manifests were rewritten (another rewrite or a commit that \

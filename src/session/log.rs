@@ -641,6 +641,20 @@ mod tests {
         let stale = log_table(&catalog, UPLOADS).await.unwrap();
         merge().await;
         let before = names().await;
+        // The manifests and lists on disk (the background trim may delete
+        // some meanwhile; nothing else writes any).
+        let folder = format!(
+            "{}/metadata",
+            stale.metadata().location().trim_start_matches("file://")
+        );
+        let on_disk = || -> std::collections::HashSet<String> {
+            std::fs::read_dir(&folder)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+                .filter(|name| name.ends_with(".avro"))
+                .collect()
+        };
+        let written = on_disk();
         let lost = rewrite_manifests(&catalog, &stale, layout)
             .await
             .unwrap_err();
@@ -649,6 +663,8 @@ mod tests {
             "{lost}"
         );
         assert_eq!(names().await, before);
+        let left: Vec<String> = on_disk().difference(&written).cloned().collect();
+        assert!(left.is_empty(), "a refused merge left {left:?}");
 
         all_found(31).await;
     }
