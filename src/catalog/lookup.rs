@@ -67,9 +67,18 @@ impl Manifests {
     /// Every column of the rows of `table` in the files that may hold a
     /// row `wanted` asks for (the caller keeps the matching rows), planned
     /// from manifests decoded once; a table with delete files is scanned
-    /// with `wanted` as its filter instead.
-    pub(crate) async fn read(&self, table: &Table, wanted: Wanted<'_>) -> Result<Vec<RecordBatch>> {
-        let stream = match self.files(table, wanted).await? {
+    /// with `wanted` as its filter instead. Every row when `wanted` is
+    /// `None`.
+    pub(crate) async fn read(
+        &self,
+        table: &Table,
+        wanted: Option<Wanted<'_>>,
+    ) -> Result<Vec<RecordBatch>> {
+        let planned = match wanted {
+            Some(wanted) => self.files(table, wanted).await?,
+            None => None,
+        };
+        let stream = match planned {
             Some(tasks) => table
                 .reader_builder()
                 .build()
@@ -77,7 +86,9 @@ impl Manifests {
                 .stream(),
             None => {
                 let mut scan = table.scan();
-                if let Some(filter) = wanted.filter(table.metadata().current_schema()) {
+                if let Some(filter) =
+                    wanted.and_then(|w| w.filter(table.metadata().current_schema()))
+                {
                     scan = scan.with_filter(filter);
                 }
                 scan.build()?.to_arrow().await?

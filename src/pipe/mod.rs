@@ -809,30 +809,16 @@ pub(crate) async fn runs_since(
     use datafusion::arrow::array::{Array, AsArray};
     use datafusion::arrow::compute::cast;
     use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
-    use futures::TryStreamExt;
     let mut records = vec![];
     for pipe in list(icestage).await? {
         // The files whose runs may have finished since, from manifests
         // decoded once; the runs are kept below.
-        let batches: Vec<datafusion::arrow::array::RecordBatch> =
-            match Wanted::since(pipe.table.metadata().current_schema(), "finished_at", since) {
-                Some(wanted) => {
-                    icestage
-                        .catalog(&pipe.catalog)?
-                        .manifests()
-                        .read(&pipe.table, wanted)
-                        .await?
-                }
-                None => {
-                    pipe.table
-                        .scan()
-                        .build()?
-                        .to_arrow()
-                        .await?
-                        .try_collect()
-                        .await?
-                }
-            };
+        let wanted = Wanted::since(pipe.table.metadata().current_schema(), "finished_at", since);
+        let batches = icestage
+            .catalog(&pipe.catalog)?
+            .manifests()
+            .read(&pipe.table, wanted)
+            .await?;
         for batch in &batches {
             let column = |name: &str, to: &DataType| -> Result<Arc<dyn Array>> {
                 Ok(cast(batch.column_by_name(name).expect("runs column"), to)?)

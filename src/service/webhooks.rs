@@ -14,10 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::array::AsArray;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
-use futures::TryStreamExt;
 use hmac::{Hmac, Mac};
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
@@ -162,28 +161,15 @@ async fn delivered(
     // Since a time: the files that may hold deliveries since, from
     // manifests decoded once (an earlier one read with them is as
     // acknowledged).
-    let batches: Vec<RecordBatch> = match since
-        .and_then(|since| Wanted::since(table.metadata().current_schema(), "delivered_at", since))
-    {
-        Some(wanted) => {
-            state
-                .0
-                .icestage
-                .default_catalog()
-                .manifests()
-                .read(&table, wanted)
-                .await?
-        }
-        None => {
-            table
-                .scan()
-                .build()?
-                .to_arrow()
-                .await?
-                .try_collect()
-                .await?
-        }
-    };
+    let wanted = since
+        .and_then(|since| Wanted::since(table.metadata().current_schema(), "delivered_at", since));
+    let batches = state
+        .0
+        .icestage
+        .default_catalog()
+        .manifests()
+        .read(&table, wanted)
+        .await?;
     let mut ids = HashSet::new();
     for batch in &batches {
         let column = batch.column_by_name("event_id").ok_or_else(|| {

@@ -9,7 +9,6 @@ use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
-use futures::TryStreamExt;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
@@ -212,18 +211,7 @@ async fn read<S: FromStr<Err = Error>>(
         (None, Some(since)) => Wanted::since(schema, RECORDED_AT, since),
         (None, None) => None,
     };
-    let batches: Vec<RecordBatch> = match wanted {
-        Some(wanted) => catalog.manifests().read(&table, wanted).await?,
-        None => {
-            table
-                .scan()
-                .build()?
-                .to_arrow()
-                .await?
-                .try_collect()
-                .await?
-        }
-    };
+    let batches = catalog.manifests().read(&table, wanted).await?;
     let mut records = vec![];
     for batch in &batches {
         records.extend(decode(batch, catalog.name(), log, &names)?);

@@ -310,6 +310,8 @@ pub(crate) async fn create_upload(
 
 #[cfg(test)]
 mod tests {
+    use iceberg::spec::{PartitionSpec, Schema, SortOrder};
+
     use super::*;
 
     /// A target after a schema change, with a partition spec, a sort order,
@@ -395,26 +397,25 @@ mod tests {
             assert_eq!(staging.last_column_id(), 3);
             assert_eq!(staging.current_schema_id(), 1);
             // (Kept in maps: compared in id order.)
-            let schemas = |m: &TableMetadata| {
-                let mut all: Vec<_> = m.schemas_iter().cloned().collect();
-                all.sort_by_key(|s| s.schema_id());
+            fn by_id<T: Clone, K: Ord>(
+                items: impl Iterator<Item = impl AsRef<T>>,
+                id: impl Fn(&T) -> K,
+            ) -> Vec<T> {
+                let mut all: Vec<T> = items.map(|item| item.as_ref().clone()).collect();
+                all.sort_by_key(|item| id(item));
                 all
-            };
+            }
+            let schemas = |m: &TableMetadata| by_id(m.schemas_iter(), |s: &Schema| s.schema_id());
             assert_eq!(schemas(&staging), schemas(&target));
             assert_eq!(staging.default_partition_spec_id(), 1);
             assert_eq!(staging.last_partition_id(), 1000);
             let specs = |m: &TableMetadata| {
-                let mut all: Vec<_> = m.partition_specs_iter().cloned().collect();
-                all.sort_by_key(|s| s.spec_id());
-                all
+                by_id(m.partition_specs_iter(), |s: &PartitionSpec| s.spec_id())
             };
             assert_eq!(specs(&staging), specs(&target));
             assert_eq!(staging.default_sort_order_id(), 1);
-            let orders = |m: &TableMetadata| {
-                let mut all: Vec<_> = m.sort_orders_iter().cloned().collect();
-                all.sort_by_key(|s| s.order_id);
-                all
-            };
+            let orders =
+                |m: &TableMetadata| by_id(m.sort_orders_iter(), |o: &SortOrder| o.order_id);
             assert_eq!(orders(&staging), orders(&target));
             // None of its history.
             assert_eq!(staging.snapshots().count(), 0);
