@@ -82,6 +82,9 @@ result_row! {
         /// Old snapshots kept because they are an unfinished promotion's
         /// exactly-once evidence.
         pub snapshots_protected: i64,
+        /// Data files deleted: those no remaining snapshot reads (removed
+        /// by an overwrite, a delete or a compaction).
+        pub data_files_deleted: i64,
         /// What happened, in words.
         pub message: String,
     }
@@ -111,9 +114,11 @@ impl Default for ExpireOptions {
 /// keeping the exactly-once evidence: a snapshot that promoted an upload
 /// whose session has not finished stays, and the copy ids of `COPY INTO`
 /// snapshots are marked committed in the copy log before their snapshots go.
-/// The manifest lists of the expired snapshots are deleted, and the
-/// manifests no remaining snapshot lists; data files are not (a remaining
-/// snapshot may list them).
+/// The manifest lists of the expired snapshots are deleted, the manifests
+/// no remaining snapshot lists, and the data files no remaining snapshot
+/// reads (removed by an overwrite, a delete or a compaction) under the
+/// table's location or the staging tables'. A table that sets `gc.enabled
+/// = false` is refused, as Iceberg does.
 pub(crate) async fn expire_snapshots(
     ctx: &CommandContext,
     catalog: &str,
@@ -124,15 +129,25 @@ pub(crate) async fn expire_snapshots(
 
     use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-    use crate::catalog::commit::commit_expiry;
+    use iceberg::NamespaceIdent;
+
+    use crate::catalog::commit::{GC_ENABLED, commit_expiry, gc_enabled};
     use crate::ingest::copy_into::{SNAPSHOT_COPY_ID, mark_committed};
     use crate::upload::SNAPSHOT_UPLOAD_ID;
+    use crate::upload::STAGING_NAMESPACE;
 
     let catalog = ctx.icestage.catalog(catalog)?;
     // This process's background merge of the table waits (it would make
     // this a conflict).
     let _turn = crate::catalog::upkeep::turn(catalog, ident).await;
     let table = catalog.catalog().load_table(ident).await?;
+    if !gc_enabled(&table) {
+        return Err(crate::error::Error::invalid(format!(
+            "EXPIRE SNAPSHOTS {ident}: the table sets {GC_ENABLED} = false (its files may be \
+             shared with other tables), and Iceberg expires no snapshot of such a table; nothing \
+             was changed. If the table owns its files, set {GC_ENABLED} = true on it first"
+        )));
+    }
     let metadata = table.metadata();
     let cutoff = Utc::now().timestamp_millis()
         - i64::try_from(options.older_than.as_millis()).unwrap_or(i64::MAX);
@@ -189,6 +204,7 @@ pub(crate) async fn expire_snapshots(
             snapshots_expired: 0,
             snapshots_kept: metadata.snapshots().count() as i64,
             snapshots_protected: protected,
+            data_files_deleted: 0,
             message: format!("no snapshot of {name} is old enough to expire"),
         });
     }
@@ -202,7 +218,14 @@ pub(crate) async fn expire_snapshots(
         .expire_older_than_ms(i64::MIN)
         .retain_last(1)
         .apply(tx)?;
-    let expired = commit_expiry(catalog, &table, tx).await.map_err(|e| {
+    // Data files no remaining snapshot reads are deleted under the table's
+    // location, and under the staging tables' (a promotion registers the
+    // staging table's files in the target).
+    let roots: Vec<String> = catalog
+        .default_namespace_location(&NamespaceIdent::new(STAGING_NAMESPACE.to_string()))
+        .into_iter()
+        .collect();
+    let (expired, files) = commit_expiry(catalog, &table, tx, &roots).await.map_err(|e| {
         if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
             crate::error::Error::Conflict(format!(
                 "{name} changed while its snapshots were expired; nothing was expired: run EXPIRE SNAPSHOTS again"
@@ -222,11 +245,22 @@ pub(crate) async fn expire_snapshots(
         snapshots_expired: gone,
         snapshots_kept: remaining.len() as i64,
         snapshots_protected: protected,
+        data_files_deleted: files.deleted,
         message: format!(
-            "expired {gone} snapshot(s) of {name}, kept {}{}",
+            "expired {gone} snapshot(s) of {name}, kept {}{}; deleted {} data file(s) no remaining \
+             snapshot reads{}",
             remaining.len(),
             if protected > 0 {
                 format!(" ({protected} kept as the evidence of promotions not finished yet)")
+            } else {
+                String::new()
+            },
+            files.deleted,
+            if files.outside > 0 {
+                format!(
+                    " ({} more lie outside the table's location and were left where they are)",
+                    files.outside
+                )
             } else {
                 String::new()
             }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use iceberg::spec::{DataFile, SnapshotRef};
+use iceberg::spec::{DataFile, Operation, SnapshotRef};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
@@ -144,11 +144,22 @@ pub(crate) async fn append_files(
 }
 
 /// Deletes what the snapshots of `before` that `after` no longer has held
-/// alone: their manifest lists, and the manifests no remaining snapshot
-/// lists (a rewrite's predecessors). Data files stay: a remaining snapshot
-/// may list them. Best effort: an orphan is harmless, only untidy.
-pub(crate) async fn delete_expired_files(before: &Table, after: &Table) {
-    let remaining: std::collections::HashSet<i64> = after
+/// alone: their manifest lists, the manifests no remaining snapshot lists
+/// (a rewrite's predecessors), and, when a snapshot of `before` removed
+/// data files (an overwrite, a delete, a compaction), the data files only
+/// those manifests listed: files no remaining snapshot reads. A data file is
+/// deleted only under the table's location or one of `roots` (where
+/// promotions leave the files they register); one elsewhere is counted and
+/// left. Best effort: an orphan is harmless, only untidy.
+pub(crate) async fn delete_expired_files(
+    before: &Table,
+    after: &Table,
+    roots: &[String],
+) -> DataFilesDeleted {
+    use std::collections::HashSet;
+
+    let mut deleted = DataFilesDeleted::default();
+    let remaining: HashSet<i64> = after
         .metadata()
         .snapshots()
         .map(|s| s.snapshot_id())
@@ -160,39 +171,152 @@ pub(crate) async fn delete_expired_files(before: &Table, after: &Table) {
         .cloned()
         .collect();
     if expired.is_empty() {
-        return;
+        return deleted;
     }
-    let mut kept = std::collections::HashSet::new();
+    // The manifests remaining snapshots list, by path.
+    let mut kept = std::collections::HashMap::new();
     for snapshot in after.metadata().snapshots() {
         match after.manifest_list_reader(snapshot).load().await {
-            Ok(list) => kept.extend(list.entries().iter().map(|m| m.manifest_path.clone())),
-            // Without knowing what is kept, delete no manifest.
-            Err(_) => return,
+            Ok(list) => kept.extend(
+                list.entries()
+                    .iter()
+                    .map(|m| (m.manifest_path.clone(), m.clone())),
+            ),
+            // Without knowing what is kept, delete no file.
+            Err(_) => return deleted,
         }
     }
-    for snapshot in expired {
-        if let Ok(list) = before.manifest_list_reader(&snapshot).load().await {
-            for manifest in list.entries() {
-                if kept.insert(manifest.manifest_path.clone()) {
-                    let _ = before.file_io().delete(&manifest.manifest_path).await;
-                }
-            }
+    // The manifests only expired snapshots listed, each once.
+    let mut alone = vec![];
+    let mut seen: HashSet<String> = kept.keys().cloned().collect();
+    for snapshot in &expired {
+        if let Ok(list) = before.manifest_list_reader(snapshot).load().await {
+            alone.extend(
+                list.entries()
+                    .iter()
+                    .filter(|m| seen.insert(m.manifest_path.clone()))
+                    .cloned(),
+            );
         }
+    }
+    // Data files, before the manifests naming them go. (A table that sets
+    // `gc.enabled = false` never gets here: Iceberg expires none of its
+    // snapshots.)
+    if removed_data_files(before) {
+        deleted = delete_unread_data_files(before, kept.values(), &alone, roots).await;
+    }
+    for manifest in &alone {
+        let _ = before.file_io().delete(&manifest.manifest_path).await;
+    }
+    for snapshot in &expired {
         let _ = before.file_io().delete(snapshot.manifest_list()).await;
     }
+    deleted
+}
+
+/// The data files an expiry deleted ([`delete_expired_files`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct DataFilesDeleted {
+    /// Deleted.
+    pub(crate) deleted: i64,
+    /// No remaining snapshot reads them, but they lie outside the table's
+    /// location: left where they are.
+    pub(crate) outside: i64,
+}
+
+/// Whether any snapshot of `table` removed data files: otherwise every
+/// data file it ever listed is still live, and no expiry frees one.
+fn removed_data_files(table: &Table) -> bool {
+    table.metadata().snapshots().any(|snapshot| {
+        let summary = snapshot.summary();
+        matches!(summary.operation, Operation::Overwrite | Operation::Delete)
+            || summary
+                .additional_properties
+                .get("deleted-data-files")
+                .and_then(|n| n.parse::<i64>().ok())
+                .is_some_and(|n| n > 0)
+    })
+}
+
+/// Iceberg's `gc.enabled`: whether the table's files are its own to delete
+/// (default `true`); Iceberg expires no snapshot of a table that says
+/// `false`.
+pub(crate) fn gc_enabled(table: &Table) -> bool {
+    table
+        .metadata()
+        .properties()
+        .get(GC_ENABLED)
+        .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"))
+}
+
+/// Iceberg's switch for deleting a table's files.
+pub(crate) const GC_ENABLED: &str = "gc.enabled";
+
+/// Deletes the data files that the manifests `alone` list and no live
+/// entry of the manifests `kept` does, under the table's location or
+/// `roots`. Reads every kept manifest: what any remaining snapshot reads
+/// stays. Any manifest that cannot be read: nothing is deleted.
+async fn delete_unread_data_files(
+    table: &Table,
+    kept: impl Iterator<Item = &iceberg::spec::ManifestFile>,
+    alone: &[iceberg::spec::ManifestFile],
+    roots: &[String],
+) -> DataFilesDeleted {
+    let mut deleted = DataFilesDeleted::default();
+    let (Some(live), Some(listed)) = (
+        data_file_paths(table, kept, true).await,
+        data_file_paths(table, alone.iter(), false).await,
+    ) else {
+        return deleted;
+    };
+    let candidates = listed.difference(&live);
+    let location = table.metadata().location();
+    for path in candidates {
+        let inside = std::iter::once(location)
+            .chain(roots.iter().map(String::as_str))
+            .any(|root| super::confine::is_under(path, root));
+        if !inside {
+            deleted.outside += 1;
+        } else if table.file_io().delete(path).await.is_ok() {
+            deleted.deleted += 1;
+        }
+    }
+    deleted
+}
+
+/// The data files `manifests` of `table` list (those of live entries only,
+/// with `live_only`); `None` if one cannot be read.
+async fn data_file_paths(
+    table: &Table,
+    manifests: impl Iterator<Item = &iceberg::spec::ManifestFile>,
+    live_only: bool,
+) -> Option<std::collections::HashSet<String>> {
+    let mut paths = std::collections::HashSet::new();
+    for manifest in manifests {
+        let read = manifest.load_manifest(table.file_io()).await.ok()?;
+        paths.extend(
+            read.entries()
+                .iter()
+                .filter(|e| !live_only || e.is_alive())
+                .map(|e| e.data_file().file_path().to_string()),
+        );
+    }
+    Some(paths)
 }
 
 /// Commits `tx` (an expiry of snapshots of `table`) on exactly the version
 /// it loaded, then deletes what only the expired snapshots held
-/// ([`delete_expired_files`]); the table as committed.
+/// ([`delete_expired_files`], data files under the table's location or
+/// `roots`); the table as committed, and the data files deleted.
 pub(crate) async fn commit_expiry(
     catalog: &IcebergCatalog,
     table: &Table,
     tx: Transaction,
-) -> iceberg::Result<Table> {
+    roots: &[String],
+) -> iceberg::Result<(Table, DataFilesDeleted)> {
     let expired = tx.commit(&catalog.exact()).await?;
-    delete_expired_files(table, &expired).await;
-    Ok(expired)
+    let deleted = delete_expired_files(table, &expired, roots).await;
+    Ok((expired, deleted))
 }
 
 /// Snapshots an icestage-owned table keeps (see [`trim_snapshots`]).
@@ -217,7 +341,7 @@ pub(crate) async fn trim_snapshots(catalog: &IcebergCatalog, table: &Table) -> R
         .retain_last(KEPT_SNAPSHOTS)
         .expire_older_than_ms(chrono::Utc::now().timestamp_millis())
         .apply(tx)?;
-    match commit_expiry(catalog, table, tx).await {
+    match commit_expiry(catalog, table, tx, &[]).await {
         Ok(_) => {}
         Err(e) if retry(&e, 0) => {}
         Err(e) => return Err(e.into()),

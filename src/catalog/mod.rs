@@ -421,12 +421,21 @@ impl IcebergCatalog {
     /// Where a new table of this namespace is placed, mirroring the SQL
     /// catalog's rule; `None` where the catalog chooses (S3 Tables).
     pub(crate) fn default_table_location(&self, ident: &TableIdent) -> Option<String> {
+        Some(format!(
+            "{}/{}",
+            self.default_namespace_location(ident.namespace())?,
+            ident.name()
+        ))
+    }
+
+    /// The folder under which this catalog places the tables of
+    /// `namespace` by default (the SQL catalog's rule); `None` for catalogs
+    /// that place each table themselves.
+    pub(crate) fn default_namespace_location(&self, namespace: &NamespaceIdent) -> Option<String> {
         match &self.kind {
-            CatalogKind::Sql { warehouse, .. } => Some(format!(
-                "{warehouse}/{}/{}",
-                ident.namespace().join("/"),
-                ident.name()
-            )),
+            CatalogKind::Sql { warehouse, .. } => {
+                Some(format!("{warehouse}/{}", namespace.join("/")))
+            }
             CatalogKind::S3Tables { .. } | CatalogKind::Rest { .. } => None,
         }
     }

@@ -147,3 +147,134 @@ async fn nulls_in_a_required_column_are_refused_and_the_target_is_untouched() {
     let message = scalar(&ctx, &format!("SELECT message FROM upload_status('{id}')")).await;
     assert!(message.contains("hold NULL"), "{message}");
 }
+
+/// Another writer (PyIceberg) deletes one promoted upload's rows, which
+/// removes its file from the table; `EXPIRE SNAPSHOTS` then deletes that
+/// file, which no remaining snapshot reads (it lies under the staging
+/// table's location, where the promotion registered it), and no other. A
+/// table with `gc.enabled = false` is refused (Iceberg expires nothing of
+/// it), naming the property, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiring_snapshots_deletes_the_data_files_no_snapshot_reads() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    run(&ctx, "CREATE SCHEMA s").await.unwrap();
+    let parquet = || -> std::collections::BTreeSet<String> {
+        crate::common::files_under(warehouse.path())
+            .into_iter()
+            .map(|path| path.display().to_string())
+            .filter(|path| path.ends_with(".parquet"))
+            .collect()
+    };
+    for (table, properties, deletes) in [
+        ("s.t", "", true),
+        ("s.kept", " TBLPROPERTIES ('gc.enabled' = 'false')", false),
+    ] {
+        run(
+            &ctx,
+            &format!(
+                "CREATE TABLE {table} (id BIGINT NOT NULL, upload VARCHAR NOT NULL){properties}"
+            ),
+        )
+        .await
+        .unwrap();
+        let mut uploads = vec![];
+        for n in 0..3 {
+            let upload = create_upload(&ctx, table).await;
+            run(
+                &ctx,
+                &format!(
+                    "INSERT INTO {} VALUES ({n}, '{id}'), ({}, '{id}')",
+                    upload.staging_table,
+                    n + 10,
+                    id = upload.id
+                ),
+            )
+            .await
+            .unwrap();
+            run(&ctx, &format!("PROMOTE UPLOAD '{}'", upload.id))
+                .await
+                .unwrap();
+            uploads.push(upload);
+        }
+        // A writer that places files itself put one of the second upload's
+        // rows outside the warehouse.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let outside = elsewhere.path().join("placed.parquet");
+        python_script(
+            "pyiceberg_client.py",
+            &[
+                "add-file",
+                &warehouse.connection(),
+                table,
+                &format!("file://{}", outside.display()),
+                &format!(r#"{{"id": 100, "upload": "{}"}}"#, uploads[1].id),
+            ],
+        );
+        let before = parquet();
+        // The files the promotion of the second upload registered.
+        let folder = uploads[1].staging_table.replace('.', "/");
+        let its: Vec<&String> = before.iter().filter(|p| p.contains(&folder)).collect();
+        assert!(!its.is_empty(), "{folder} in {before:?}");
+        let deleted = json(&python_script(
+            "pyiceberg_client.py",
+            &[
+                "delete",
+                &warehouse.connection(),
+                table,
+                &format!("upload = '{}'", uploads[1].id),
+            ],
+        ));
+        assert!(
+            deleted["operation"] == "delete" || deleted["operation"] == "overwrite",
+            "{deleted}"
+        );
+        assert_eq!(
+            parquet(),
+            before,
+            "a delete keeps the files for older snapshots"
+        );
+
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let snapshots = format!("SELECT count(*) FROM {table}$snapshots");
+        let before_snapshots = scalar(&ctx, &snapshots).await;
+        let expire = format!("EXPIRE SNAPSHOTS {table} WITH (older_than = '1ms', retain_last = 1)");
+        let message = if deletes {
+            let expired = run(&ctx, &expire).await.unwrap();
+            let message = crate::common::value(&expired, "message");
+            assert_eq!(
+                crate::common::value(&expired, "data_files_deleted"),
+                its.len().to_string(),
+                "{message}"
+            );
+            let after = parquet();
+            let gone: Vec<&String> = before.difference(&after).collect();
+            assert_eq!(gone, its, "{message}");
+            // Not read any more, but not the table's to delete.
+            assert!(outside.exists(), "{message}");
+            assert!(message.contains("1 more lie outside"), "{message}");
+            message
+        } else {
+            // Iceberg expires nothing of a table whose files may be shared.
+            let refused = run(&ctx, &expire).await.unwrap_err().user_message();
+            assert!(
+                refused.contains(&format!("EXPIRE SNAPSHOTS {table}"))
+                    && refused.contains("gc.enabled = false")
+                    && refused.contains("nothing was changed"),
+                "{refused}"
+            );
+            assert_eq!(scalar(&ctx, &snapshots).await, before_snapshots);
+            assert_eq!(parquet(), before);
+            refused
+        };
+        assert_eq!(
+            scalar(
+                &ctx,
+                &format!("SELECT count(*) || ',' || sum(id) FROM {table}")
+            )
+            .await,
+            "4,24",
+            "{message}"
+        );
+    }
+}

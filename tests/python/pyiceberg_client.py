@@ -11,6 +11,9 @@ JSON for the Rust test to check.
     pyiceberg_client.py evolve   CONNECTION TABLE     (add 'note', drop 'currency')
     pyiceberg_client.py retype   CONNECTION TABLE COLUMN
     pyiceberg_client.py rogue-nulls CONNECTION TABLE COLUMN
+    pyiceberg_client.py delete   CONNECTION TABLE FILTER   (rows matching FILTER)
+    pyiceberg_client.py add-file CONNECTION TABLE PATH ROW  (ROW, a JSON object, written
+                                 to a Parquet file at PATH and appended as it is)
 """
 
 import json
@@ -87,6 +90,16 @@ def read_table(connection: str, table: str) -> None:
     }, default=str))
 
 
+def delete(connection: str, table: str, row_filter: str) -> None:
+    t = catalog(connection).load_table(table)
+    t.delete(delete_filter=row_filter)
+    summary = t.refresh().current_snapshot().summary
+    print(json.dumps({
+        "operation": summary.operation.value,
+        "deleted_data_files": summary.get("deleted-data-files"),
+    }))
+
+
 def field_ids(connection: str, table: str) -> None:
     t = catalog(connection).load_table(table)
     print(json.dumps({f.name: f.field_id for f in t.schema().fields}))
@@ -141,17 +154,33 @@ def register(table, data: DataFile) -> None:
             append.append_data_file(data)
 
 
+def arrow_schema_of(schema, nullable) -> pa.Schema:
+    """`schema` as Arrow, with field ids; `nullable(field)` says which
+    columns may hold nulls."""
+    return pa.schema([
+        pa.field(f.name, schema.as_arrow().field(f.name).type, nullable=nullable(f),
+                 metadata={"PARQUET:field_id": str(f.field_id)})
+        for f in schema.fields
+    ])
+
+
+def add_file(connection: str, table: str, path: str, row: str) -> None:
+    """Appends a file at `path`, wherever it is, as a writer that places
+    files itself would (PyIceberg's add_files does)."""
+    t = catalog(connection).load_table(table)
+    arrow_schema = arrow_schema_of(t.schema(), lambda f: not f.required)
+    with t.io.new_output(path).create() as out:
+        pq.write_table(pa.Table.from_pylist([json.loads(row)], schema=arrow_schema), out)
+    register(t, data_file(t, path))
+    print(json.dumps({"added": path}))
+
+
 def rogue_nulls(connection: str, table: str, column: str) -> None:
     """Adds a file holding a NULL in a required column, as a writer that does
     not check nullability would (Spark with check-nullability disabled)."""
     t = catalog(connection).load_table(table)
     schema = t.schema()
-    fields = []
-    for f in schema.fields:
-        arrow_type = schema.as_arrow().field(f.name).type
-        fields.append(pa.field(f.name, arrow_type, nullable=True,
-                               metadata={"PARQUET:field_id": str(f.field_id)}))
-    arrow_schema = pa.schema(fields)
+    arrow_schema = arrow_schema_of(schema, lambda f: True)
     row = {f.name: None for f in schema.fields}
     for f in schema.fields:
         if f.name != column and f.required:
@@ -173,4 +202,6 @@ if __name__ == "__main__":
         "evolve": evolve,
         "retype": retype,
         "rogue-nulls": rogue_nulls,
+        "delete": delete,
+        "add-file": add_file,
     }[command](*args)
