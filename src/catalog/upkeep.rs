@@ -20,6 +20,7 @@
 //! exactly-once evidence), as `REWRITE MANIFESTS` does.
 
 use iceberg::TableIdent;
+use iceberg::spec::FormatVersion;
 use iceberg::table::Table;
 
 use super::IcebergCatalog;
@@ -155,6 +156,10 @@ fn turn_key(ident: &TableIdent) -> String {
 /// when it asks for no merging (or sets a count that is not one: a table
 /// written elsewhere is not refused here, only left alone).
 fn merge_after(table: &Table) -> Option<i64> {
+    // A v1 table's manifests are not rewritten (see `rewrite_manifests`).
+    if table.metadata().format_version() == FormatVersion::V1 {
+        return None;
+    }
     let properties = table.metadata().properties();
     if properties
         .get(MANIFEST_MERGE_ENABLED)
