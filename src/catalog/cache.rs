@@ -19,12 +19,22 @@ use super::pointer::PointerStore;
 /// keeps what it read of its manifests in iceberg's own bounded cache.
 const MOST_TABLES: usize = 256;
 
-/// At most `most` values by key; past it, the least recently used goes.
+/// Values by key, up to a total weight of `most` (each value weighs 1
+/// unless put with [`Lru::put_weighing`]); past it, the least recently used
+/// go.
 #[derive(Debug)]
 pub(crate) struct Lru<K, V> {
-    entries: HashMap<K, (V, u64)>,
+    entries: HashMap<K, Kept<V>>,
     clock: u64,
+    weight: usize,
     most: usize,
+}
+
+#[derive(Debug)]
+struct Kept<V> {
+    value: V,
+    used: u64,
+    weight: usize,
 }
 
 impl<K: std::hash::Hash + Eq + Clone, V> Lru<K, V> {
@@ -32,6 +42,7 @@ impl<K: std::hash::Hash + Eq + Clone, V> Lru<K, V> {
         Self {
             entries: HashMap::new(),
             clock: 0,
+            weight: 0,
             most: most.max(1),
         }
     }
@@ -40,28 +51,48 @@ impl<K: std::hash::Hash + Eq + Clone, V> Lru<K, V> {
     pub(crate) fn get(&mut self, key: &K) -> Option<&V> {
         self.clock += 1;
         let clock = self.clock;
-        let (value, used) = self.entries.get_mut(key)?;
-        *used = clock;
-        Some(value)
+        let kept = self.entries.get_mut(key)?;
+        kept.used = clock;
+        Some(&kept.value)
     }
 
     pub(crate) fn put(&mut self, key: K, value: V) {
-        self.clock += 1;
-        if self.entries.len() >= self.most && !self.entries.contains_key(&key) {
+        self.put_weighing(key, value, 1);
+    }
+
+    /// Keeps `value` as weighing `weight` (at least 1): the least recently
+    /// used others go until the total fits. One heavier than the whole
+    /// bound is kept alone.
+    pub(crate) fn put_weighing(&mut self, key: K, value: V, weight: usize) {
+        let weight = weight.max(1);
+        self.remove(&key);
+        while self.weight + weight > self.most && !self.entries.is_empty() {
             let oldest = self
                 .entries
                 .iter()
-                .min_by_key(|(_, (_, used))| *used)
+                .min_by_key(|(_, kept)| kept.used)
                 .map(|(key, _)| key.clone());
             if let Some(oldest) = oldest {
-                self.entries.remove(&oldest);
+                self.remove(&oldest);
             }
         }
-        self.entries.insert(key, (value, self.clock));
+        self.clock += 1;
+        self.weight += weight;
+        let used = self.clock;
+        self.entries.insert(
+            key,
+            Kept {
+                value,
+                used,
+                weight,
+            },
+        );
     }
 
     pub(crate) fn remove(&mut self, key: &K) {
-        self.entries.remove(key);
+        if let Some(kept) = self.entries.remove(key) {
+            self.weight -= kept.weight;
+        }
     }
 }
 
@@ -124,6 +155,28 @@ mod tests {
     use std::sync::Arc;
 
     use super::super::IcebergCatalog;
+
+    /// Past its bound, the least recently used values go, by weight: one
+    /// heavy value makes room by sending several light ones away, and the
+    /// one read last stays.
+    #[test]
+    fn an_lru_keeps_the_recently_used_within_its_weight() {
+        let mut lru = super::Lru::new(10);
+        for n in 0..10 {
+            lru.put(n, n);
+        }
+        assert!(lru.get(&0).is_some());
+        lru.put_weighing(10, 10, 4);
+        let kept: Vec<i32> = (0..=10).filter(|n| lru.get(n).is_some()).collect();
+        assert_eq!(kept, [0, 5, 6, 7, 8, 9, 10]);
+        // Put again: weighed anew, not twice.
+        lru.put_weighing(10, 10, 4);
+        assert_eq!((0..=10).filter(|n| lru.get(n).is_some()).count(), 7);
+        // Heavier than the bound: kept alone.
+        lru.put_weighing(11, 11, 25);
+        let kept: Vec<i32> = (0..=11).filter(|n| lru.get(n).is_some()).collect();
+        assert_eq!(kept, [11]);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_kept_table_is_handed_out_only_while_its_pointer_names_it() {

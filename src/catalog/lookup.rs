@@ -30,9 +30,13 @@ use iceberg::table::Table;
 use super::cache::Lru;
 use crate::error::Result;
 
-/// Manifests kept at most; past it, the least recently used goes. A log's
-/// level-1 and level-2 manifests hold at most a few hundred lean entries.
-const MOST_MANIFESTS: usize = 256;
+/// Manifest entries kept at most, over all kept manifests; past it, the
+/// least recently used manifests go. Bounded by entries, not manifests: a
+/// poll reads every manifest of each log it polls (one entry each at level
+/// 0, up to 200 above), and a bound by count that all of them together
+/// outgrew would evict each one just before it is read again. A lean entry
+/// decodes to a few hundred bytes: tens of MB at most.
+const MOST_ENTRIES: usize = 100_000;
 
 /// Decoded manifests by path (see the module documentation).
 #[derive(Debug)]
@@ -43,7 +47,7 @@ pub(crate) struct Manifests {
 impl Default for Manifests {
     fn default() -> Self {
         Self {
-            kept: Mutex::new(Lru::new(MOST_MANIFESTS)),
+            kept: Mutex::new(Lru::new(MOST_ENTRIES)),
         }
     }
 }
@@ -59,8 +63,11 @@ impl Manifests {
             return Ok(manifest);
         }
         let manifest = Arc::new(file.load_manifest(io).await?);
-        self.kept()
-            .put(file.manifest_path.clone(), Arc::clone(&manifest));
+        self.kept().put_weighing(
+            file.manifest_path.clone(),
+            Arc::clone(&manifest),
+            manifest.entries().len(),
+        );
         Ok(manifest)
     }
 
