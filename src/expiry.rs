@@ -133,8 +133,7 @@ pub(crate) async fn expire_snapshots(
 
     use crate::catalog::commit::{GC_ENABLED, commit_expiry, gc_enabled};
     use crate::ingest::copy_into::{SNAPSHOT_COPY_ID, mark_committed};
-    use crate::upload::SNAPSHOT_UPLOAD_ID;
-    use crate::upload::STAGING_NAMESPACE;
+    use crate::upload::{SNAPSHOT_UPLOAD_ID, STAGING_NAMESPACE};
 
     let catalog = ctx.icestage.catalog(catalog)?;
     // This process's background merge of the table waits (it would make

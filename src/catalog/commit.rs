@@ -188,13 +188,15 @@ pub(crate) async fn delete_expired_files(
     }
     // The manifests only expired snapshots listed, each once.
     let mut alone = vec![];
-    let mut seen: HashSet<String> = kept.keys().cloned().collect();
+    let mut seen = HashSet::new();
     for snapshot in &expired {
         if let Ok(list) = before.manifest_list_reader(snapshot).load().await {
             alone.extend(
                 list.entries()
                     .iter()
-                    .filter(|m| seen.insert(m.manifest_path.clone()))
+                    .filter(|m| {
+                        !kept.contains_key(&m.manifest_path) && seen.insert(m.manifest_path.clone())
+                    })
                     .cloned(),
             );
         }
@@ -228,13 +230,10 @@ pub(crate) struct DataFilesDeleted {
 /// data file it ever listed is still live, and no expiry frees one.
 fn removed_data_files(table: &Table) -> bool {
     table.metadata().snapshots().any(|snapshot| {
-        let summary = snapshot.summary();
-        matches!(summary.operation, Operation::Overwrite | Operation::Delete)
-            || summary
-                .additional_properties
-                .get("deleted-data-files")
-                .and_then(|n| n.parse::<i64>().ok())
-                .is_some_and(|n| n > 0)
+        matches!(
+            snapshot.summary().operation,
+            Operation::Overwrite | Operation::Delete
+        ) || summary_count(Some(snapshot), "deleted-data-files").is_some_and(|n| n > 0)
     })
 }
 

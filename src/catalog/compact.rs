@@ -307,13 +307,12 @@ pub(crate) async fn rewrite_manifests(
                     snapshot_id,
                 });
             }
-            Err(Refusal::Conflict(_)) => {
+            Err(refusal) => {
                 refused_lists.push(list_path);
+                if matches!(refusal, Refusal::Invalid(_)) {
+                    break;
+                }
                 base = catalog.catalog().load_table(base.identifier()).await?;
-            }
-            Err(Refusal::Invalid(_)) => {
-                refused_lists.push(list_path);
-                break;
             }
         }
     }

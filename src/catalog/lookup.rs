@@ -22,8 +22,8 @@ use iceberg::expr::{Predicate, Reference};
 use iceberg::io::FileIO;
 use iceberg::scan::FileScanTask;
 use iceberg::spec::{
-    DataContentType, Datum, Literal, Manifest, ManifestContentType, ManifestFile, PrimitiveLiteral,
-    Schema, Transform,
+    DataContentType, DataFile, Datum, Literal, Manifest, ManifestContentType, ManifestFile,
+    PrimitiveLiteral, Schema, TableMetadata, Transform,
 };
 use iceberg::table::Table;
 
@@ -128,23 +128,8 @@ impl Manifests {
         let columns: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
         let mut tasks = vec![];
         for file in list.entries() {
-            // Where the wanted value sits in this manifest's partition
-            // tuple, if its spec partitions by its column's identity.
-            let position = match wanted {
-                Wanted::Holding { field, .. } => metadata
-                    .partition_spec_by_id(file.partition_spec_id)
-                    .and_then(|spec| {
-                        spec.fields().iter().position(|p| {
-                            p.source_id == field && p.transform == Transform::Identity
-                        })
-                    }),
-                Wanted::Since { .. } => None,
-            };
-            if let (Wanted::Holding { value, .. }, Some(position)) = (wanted, position)
-                && let Some(summary) = file.partitions.as_ref().and_then(|p| p.get(position))
-                && let (Some(lower), Some(upper)) = (&summary.lower_bound, &summary.upper_bound)
-                && !(lower.as_ref() <= value.as_bytes() && value.as_bytes() <= upper.as_ref())
-            {
+            let position = wanted.partition_position(metadata, file);
+            if !wanted.manifest_may_hold(file, position) {
                 continue;
             }
             let manifest = self.load(file, table.file_io()).await?;
@@ -153,22 +138,7 @@ impl Manifests {
                 if data.content_type() != DataContentType::Data {
                     return Ok(None);
                 }
-                let may_hold = match wanted {
-                    Wanted::Holding { value, .. } => position.is_none_or(|position| {
-                        matches!(
-                            data.partition().fields().get(position),
-                            Some(Some(Literal::Primitive(PrimitiveLiteral::String(held)))) if held == value
-                        )
-                    }),
-                    // No upper bound (metrics off): it may.
-                    Wanted::Since { field, micros } => {
-                        data.upper_bounds().get(&field).is_none_or(|upper| {
-                            upper.partial_cmp(&Datum::timestamptz_micros(micros))
-                                != Some(std::cmp::Ordering::Less)
-                        })
-                    }
-                };
-                if !may_hold {
+                if !wanted.file_may_hold(data, position) {
                     continue;
                 }
                 tasks.push(
@@ -211,6 +181,61 @@ impl Wanted<'_> {
             field: schema.field_by_name(column)?.id,
             micros: since.timestamp_micros(),
         })
+    }
+
+    /// Where the wanted value sits in the partition tuple of `manifest`,
+    /// if its spec partitions by the identity of the wanted column (only a
+    /// value is looked up by partition).
+    fn partition_position(
+        &self,
+        metadata: &TableMetadata,
+        manifest: &ManifestFile,
+    ) -> Option<usize> {
+        let Wanted::Holding { field, .. } = *self else {
+            return None;
+        };
+        metadata
+            .partition_spec_by_id(manifest.partition_spec_id)?
+            .fields()
+            .iter()
+            .position(|p| p.source_id == field && p.transform == Transform::Identity)
+    }
+
+    /// Whether `manifest` may list a wanted file, by the partition bounds
+    /// the manifest list keeps for it (at `position`).
+    fn manifest_may_hold(&self, manifest: &ManifestFile, position: Option<usize>) -> bool {
+        let (Wanted::Holding { value, .. }, Some(position)) = (self, position) else {
+            return true;
+        };
+        match manifest.partitions.as_ref().and_then(|p| p.get(position)) {
+            Some(summary) => match (&summary.lower_bound, &summary.upper_bound) {
+                (Some(lower), Some(upper)) => {
+                    lower.as_ref() <= value.as_bytes() && value.as_bytes() <= upper.as_ref()
+                }
+                _ => true,
+            },
+            None => true,
+        }
+    }
+
+    /// Whether `data` may hold a wanted row: its partition value (at
+    /// `position`), or its upper bound of the time column (none kept: it
+    /// may).
+    fn file_may_hold(&self, data: &DataFile, position: Option<usize>) -> bool {
+        match *self {
+            Wanted::Holding { value, .. } => position.is_none_or(|position| {
+                matches!(
+                    data.partition().fields().get(position),
+                    Some(Some(Literal::Primitive(PrimitiveLiteral::String(held)))) if held == value
+                )
+            }),
+            Wanted::Since { field, micros } => {
+                data.upper_bounds().get(&field).is_none_or(|upper| {
+                    upper.partial_cmp(&Datum::timestamptz_micros(micros))
+                        != Some(std::cmp::Ordering::Less)
+                })
+            }
+        }
     }
 
     /// The same rows as a scan filter of `schema`.

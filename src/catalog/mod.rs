@@ -90,7 +90,8 @@ pub struct IcebergCatalog {
     pointers: pointer::PointerStore,
     /// The key that seals sessions' authority, once read (see `upload::seal`).
     seal_key: Arc<tokio::sync::OnceCell<Vec<u8>>>,
-    /// Manifests decoded once, for lookups by partition value ([`lookup`]).
+    /// Manifests decoded once, for lookups by partition value and reads by
+    /// time ([`lookup`]).
     manifests: Arc<lookup::Manifests>,
 }
 

@@ -528,21 +528,10 @@ mod tests {
         // What the read plans: from the manifests decoded once, the files
         // whose `recorded_at` upper bound is not before `since`.
         let table = log_table(&catalog, UPLOADS).await.unwrap();
-        let field = table
-            .metadata()
-            .current_schema()
-            .field_by_name(RECORDED_AT)
-            .unwrap()
-            .id;
+        let wanted = Wanted::since(table.metadata().current_schema(), RECORDED_AT, since).unwrap();
         let planned = catalog
             .manifests()
-            .files(
-                &table,
-                Wanted::Since {
-                    field,
-                    micros: since.timestamp_micros(),
-                },
-            )
+            .files(&table, wanted)
             .await
             .unwrap()
             .unwrap();

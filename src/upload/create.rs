@@ -74,14 +74,19 @@ pub(crate) fn staging_metadata(
     location: &str,
     properties: HashMap<String, String>,
 ) -> Result<TableMetadata> {
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     let invalid = |e: serde_json::Error| {
         Error::invalid(format!(
             "internal: staging metadata for {location} is invalid: {e}"
         ))
     };
-    let list = |items: Vec<Value>| Value::Array(items);
+    // A JSON array of `items`, as the spec writes each.
+    fn array<'a, T: serde::Serialize + 'a>(
+        items: impl Iterator<Item = &'a T>,
+    ) -> serde_json::Result<serde_json::Value> {
+        serde_json::to_value(items.collect::<Vec<_>>())
+    }
     let mut props: BTreeMap<String, String> = target
         .properties()
         .iter()
@@ -89,21 +94,9 @@ pub(crate) fn staging_metadata(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     props.extend(properties);
-    let schemas = target
-        .schemas_iter()
-        .map(|schema| serde_json::to_value(schema.as_ref()))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(invalid)?;
-    let specs = target
-        .partition_specs_iter()
-        .map(|spec| serde_json::to_value(spec.as_ref()))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(invalid)?;
-    let orders = target
-        .sort_orders_iter()
-        .map(|order| serde_json::to_value(order.as_ref()))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(invalid)?;
+    let schemas = array(target.schemas_iter().map(AsRef::as_ref)).map_err(invalid)?;
+    let specs = array(target.partition_specs_iter().map(AsRef::as_ref)).map_err(invalid)?;
+    let orders = array(target.sort_orders_iter().map(AsRef::as_ref)).map_err(invalid)?;
     let mut object = json!({
         "format-version": target.format_version() as u8,
         "table-uuid": uuid::Uuid::new_v4().to_string(),
@@ -111,13 +104,13 @@ pub(crate) fn staging_metadata(
         "last-sequence-number": 0,
         "last-updated-ms": Utc::now().timestamp_millis(),
         "last-column-id": target.last_column_id(),
-        "schemas": list(schemas),
+        "schemas": schemas,
         "current-schema-id": target.current_schema_id(),
-        "partition-specs": list(specs),
+        "partition-specs": specs,
         "default-spec-id": target.default_partition_spec_id(),
         "last-partition-id": target.last_partition_id(),
         "properties": props,
-        "sort-orders": list(orders),
+        "sort-orders": orders,
         "default-sort-order-id": target.default_sort_order_id(),
         "snapshots": [],
         "snapshot-log": [],
@@ -125,14 +118,9 @@ pub(crate) fn staging_metadata(
         "refs": {},
     });
     if target.format_version() >= iceberg::spec::FormatVersion::V3 {
-        let keys = target
-            .encryption_keys_iter()
-            .map(serde_json::to_value)
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(invalid)?;
         object["next-row-id"] = 0.into();
-        if !keys.is_empty() {
-            object["encryption-keys"] = list(keys);
+        if target.encryption_keys_iter().len() > 0 {
+            object["encryption-keys"] = array(target.encryption_keys_iter()).map_err(invalid)?;
         }
     }
     serde_json::from_value(object).map_err(invalid)
