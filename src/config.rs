@@ -176,6 +176,9 @@ pub struct IcestageConfig {
     pub default_catalog: Option<String>,
     /// One entry per catalog.
     pub catalogs: Vec<CatalogConfig>,
+    /// Bounds on the work done on bytes a client wrote (`[limits]`).
+    #[serde(default)]
+    pub limits: crate::limits::ReadLimits,
 }
 
 impl IcestageConfig {
@@ -205,6 +208,7 @@ impl IcestageConfig {
                     (PROP_WAREHOUSE.to_string(), file_uri(&dir)),
                 ]),
             }],
+            limits: Default::default(),
         })
     }
 

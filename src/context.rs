@@ -33,6 +33,11 @@ pub use crate::catalog::Icestage;
 /// # Ok(()) }
 /// ```
 pub async fn register(ctx: &SessionContext, config: IcestageConfig) -> Result<Arc<Icestage>> {
+    crate::limits::install(config.limits);
+    // The Avro reader's own bound on one allocation (set once per process).
+    apache_avro::util::max_allocation_bytes(
+        usize::try_from(config.limits.metadata_inflated_bytes).unwrap_or(usize::MAX),
+    );
     let icestage = Arc::new(Icestage::connect(&config).await?);
     for catalog in icestage.catalogs() {
         ctx.register_catalog(

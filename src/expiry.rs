@@ -27,7 +27,7 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<StagingExpire
     for catalog in ctx.icestage.catalogs() {
         for staging in list_staging(catalog).await? {
             let promoted = match load_target(&staging).await {
-                Ok(target) => promoted_snapshot(&target, &staging.id).is_some(),
+                Ok(target) => promoted_snapshot(&target, &staging).is_some(),
                 Err(_) => false,
             };
             if promoted {

@@ -14,6 +14,7 @@ mod error;
 mod expiry;
 mod functions;
 mod ingest;
+pub mod limits;
 mod pipe;
 mod plan;
 #[cfg(feature = "cluster")]

@@ -89,6 +89,88 @@ pub(crate) fn redact_sql(sql: &str) -> String {
     out
 }
 
+/// Replaces, in `query` as parsed, the value of every secret-named
+/// function argument (`secret_access_key => <any expression>`: a string,
+/// an array, a concatenation) and every value that follows a secret-named
+/// string key (`named_struct('session_token', ...)`, `MAP {'token': ...}`)
+/// with `'***'`, at any depth. The parsed form, not the text, decides: no
+/// spelling of a literal gets a secret past it.
+pub(crate) fn redact_query(query: &mut datafusion::sql::sqlparser::ast::Query) {
+    use std::ops::ControlFlow;
+
+    use datafusion::sql::sqlparser::ast::{
+        Expr, FunctionArg, FunctionArgExpr, FunctionArguments, TableFactor, Value, VisitMut,
+        VisitorMut,
+    };
+
+    fn hidden() -> Expr {
+        Expr::value(Value::SingleQuotedString("***".to_string()))
+    }
+    fn secret_literal(expr: &Expr) -> bool {
+        match expr {
+            Expr::Value(v) => match &v.value {
+                Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => is_secret_key(s),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+    fn redact_args(args: &mut [FunctionArg]) {
+        let mut after_key = false;
+        for arg in args {
+            let (named_secret, value) = match arg {
+                FunctionArg::Named { name, arg, .. } => (is_secret_key(&name.value), arg),
+                FunctionArg::ExprNamed { name, arg, .. } => (
+                    secret_literal(name) || name.to_string().split('.').any(is_secret_key),
+                    arg,
+                ),
+                FunctionArg::Unnamed(arg) => (false, arg),
+            };
+            let is_key = matches!(value, FunctionArgExpr::Expr(e) if secret_literal(e));
+            if named_secret || after_key {
+                *value = FunctionArgExpr::Expr(hidden());
+            }
+            after_key = is_key && !named_secret;
+        }
+    }
+    struct Redactor;
+    impl VisitorMut for Redactor {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+            match factor {
+                TableFactor::Table {
+                    args: Some(args), ..
+                } => redact_args(&mut args.args),
+                TableFactor::Function { args, .. } => redact_args(args),
+                _ => {}
+            }
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+            match expr {
+                Expr::Function(function) => {
+                    if let FunctionArguments::List(list) = &mut function.args {
+                        redact_args(&mut list.args);
+                    }
+                }
+                Expr::Map(map) => {
+                    for entry in &mut map.entries {
+                        if secret_literal(&entry.key) {
+                            *entry.value = hidden();
+                        }
+                    }
+                }
+                Expr::Named { name, expr: value } if is_secret_key(&name.value) => {
+                    **value = hidden();
+                }
+                _ => {}
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = query.visit(&mut Redactor);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +192,34 @@ mod tests {
             redacted.contains("'AKIA1'") && redacted.contains("note = 'token'"),
             "{redacted}"
         );
+    }
+
+    /// Every literal form of a secret is redacted from the parsed query:
+    /// arrays, concatenations, casts, nested calls, struct and map keys.
+    #[test]
+    fn secrets_in_a_parsed_query_are_redacted_whatever_their_form() {
+        use datafusion::sql::sqlparser::ast::Statement;
+        use datafusion::sql::sqlparser::dialect::GenericDialect;
+        use datafusion::sql::sqlparser::parser::Parser;
+        let sql = "SELECT named_struct('session_token', 'S3', 'x', 'kept1') AS n \
+                   FROM read_s3_prefix('s3://b/p/', secret_access_key => ['S1'], \
+                   session_token => 'S' || '2', access_key_id => 'AKIA1') \
+                   WHERE note = 'token' AND f(password => CAST('S4' AS VARCHAR)) \
+                   AND g(MAP {'secret': 'S5', 'other': 'kept2'})";
+        let Statement::Query(mut query) = Parser::parse_sql(&GenericDialect {}, sql)
+            .unwrap()
+            .remove(0)
+        else {
+            panic!("a query")
+        };
+        redact_query(&mut query);
+        let text = query.to_string();
+        for secret in ["S1", "'S' || '2'", "S3", "S4", "S5"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        for kept in ["AKIA1", "note = 'token'", "kept1", "kept2"] {
+            assert!(text.contains(kept), "{kept} missing from {text}");
+        }
     }
 
     #[test]

@@ -52,6 +52,80 @@ pub(crate) fn add_as_head(
     ]
 }
 
+/// The exactly-once evidence of an append: `key = value` in its snapshot's
+/// summary and, where anyone who can commit to the table could write that
+/// pair, a proof beside it (`proof key = proof`, an HMAC under a key such
+/// writers cannot read): only a snapshot carrying both counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Evidence {
+    key: String,
+    value: String,
+    proof: Option<(String, String)>,
+}
+
+impl Evidence {
+    /// `key = value`, believed as found.
+    pub(crate) fn new(key: &str, value: &str) -> Self {
+        Self {
+            key: key.to_string(),
+            value: value.to_string(),
+            proof: None,
+        }
+    }
+
+    /// This evidence, counted only with `proof_key = proof` beside it.
+    pub(crate) fn proven(mut self, proof_key: &str, proof: &str) -> Self {
+        self.proof = Some((proof_key.to_string(), proof.to_string()));
+        self
+    }
+
+    /// The summary properties an append with this evidence carries.
+    fn properties(&self) -> HashMap<String, String> {
+        let mut properties = HashMap::from([(self.key.clone(), self.value.clone())]);
+        properties.extend(self.proof.clone());
+        properties
+    }
+
+    /// Whether `summary` claims this evidence, and whether it proves it.
+    fn claimed(&self, summary: &HashMap<String, String>) -> (bool, bool) {
+        if summary.get(&self.key) != Some(&self.value) {
+            return (false, false);
+        }
+        let proven = match &self.proof {
+            None => true,
+            Some((key, proof)) => summary
+                .get(key)
+                .is_some_and(|found| constant_time_eq(found.as_bytes(), proof.as_bytes())),
+        };
+        (true, proven)
+    }
+
+    /// The first snapshot of `table` that carries this evidence, proof
+    /// included.
+    pub(crate) fn found_in(&self, table: &Table) -> Option<i64> {
+        table
+            .metadata()
+            .snapshots()
+            .find(|s| self.claimed(&s.summary().additional_properties) == (true, true))
+            .map(|s| s.snapshot_id())
+    }
+
+    /// The snapshots of `table` that claim this evidence without its proof:
+    /// another writer's forgery, ignored.
+    pub(crate) fn forged_in(&self, table: &Table) -> Vec<i64> {
+        table
+            .metadata()
+            .snapshots()
+            .filter(|s| self.claimed(&s.summary().additional_properties) == (true, false))
+            .map(|s| s.snapshot_id())
+            .collect()
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// The snapshot of `table` whose summary has `key = value`, if any.
 pub(crate) fn snapshot_with(table: &Table, key: &str, value: &str) -> Option<i64> {
     table
@@ -147,13 +221,16 @@ pub(crate) async fn append_files(
 /// alone: their manifest lists, the manifests no remaining snapshot lists
 /// (a rewrite's predecessors), and, when a snapshot of `before` removed
 /// data files (an overwrite, a delete, a compaction), the data files only
-/// those manifests listed: files no remaining snapshot reads. A data file is
-/// deleted only under the table's location or one of `roots` (where
-/// promotions leave the files they register); one elsewhere is counted and
-/// left. Best effort: an orphan is harmless, only untidy.
+/// those manifests listed: files no remaining snapshot reads. Every file
+/// passes the deletion gate ([`super::confine::delete_within`]): metadata
+/// files under `location` (the table's assigned location), data files under
+/// it or one of `roots` (where promotions leave the files they register);
+/// a data file elsewhere is counted and left. Best effort: an orphan is
+/// harmless, only untidy.
 pub(crate) async fn delete_expired_files(
     before: &Table,
     after: &Table,
+    location: &str,
     roots: &[String],
 ) -> DataFilesDeleted {
     use std::collections::HashSet;
@@ -176,7 +253,7 @@ pub(crate) async fn delete_expired_files(
     // The manifests remaining snapshots list, by path.
     let mut kept = std::collections::HashMap::new();
     for snapshot in after.metadata().snapshots() {
-        match after.manifest_list_reader(snapshot).load().await {
+        match super::manifest::load_list(after, snapshot, location).await {
             Ok(list) => kept.extend(
                 list.entries()
                     .iter()
@@ -190,7 +267,7 @@ pub(crate) async fn delete_expired_files(
     let mut alone = vec![];
     let mut seen = HashSet::new();
     for snapshot in &expired {
-        if let Ok(list) = before.manifest_list_reader(snapshot).load().await {
+        if let Ok(list) = super::manifest::load_list(before, snapshot, location).await {
             alone.extend(
                 list.entries()
                     .iter()
@@ -205,13 +282,14 @@ pub(crate) async fn delete_expired_files(
     // `gc.enabled = false` never gets here: Iceberg expires none of its
     // snapshots.)
     if removed_data_files(before) {
-        deleted = delete_unread_data_files(before, kept.values(), &alone, roots).await;
+        deleted = delete_unread_data_files(before, kept.values(), &alone, location, roots).await;
     }
+    let io = before.file_io();
     for manifest in &alone {
-        let _ = before.file_io().delete(&manifest.manifest_path).await;
+        super::confine::delete_within(io, &manifest.manifest_path, location).await;
     }
     for snapshot in &expired {
-        let _ = before.file_io().delete(snapshot.manifest_list()).await;
+        super::confine::delete_within(io, snapshot.manifest_list(), location).await;
     }
     deleted
 }
@@ -259,25 +337,28 @@ async fn delete_unread_data_files(
     table: &Table,
     kept: impl Iterator<Item = &iceberg::spec::ManifestFile>,
     alone: &[iceberg::spec::ManifestFile],
+    location: &str,
     roots: &[String],
 ) -> DataFilesDeleted {
     let mut deleted = DataFilesDeleted::default();
     let (Some(live), Some(listed)) = (
-        data_file_paths(table, kept, true).await,
-        data_file_paths(table, alone.iter(), false).await,
+        data_file_paths(table, kept, location, true).await,
+        data_file_paths(table, alone.iter(), location, false).await,
     ) else {
         return deleted;
     };
     let candidates = listed.difference(&live);
-    let location = table.metadata().location();
     for path in candidates {
-        let inside = std::iter::once(location)
+        let root = std::iter::once(location)
             .chain(roots.iter().map(String::as_str))
-            .any(|root| super::confine::is_under(path, root));
-        if !inside {
-            deleted.outside += 1;
-        } else if table.file_io().delete(path).await.is_ok() {
-            deleted.deleted += 1;
+            .find(|root| super::confine::is_under(path, root));
+        match root {
+            None => deleted.outside += 1,
+            Some(root) => {
+                if super::confine::delete_within(table.file_io(), path, root).await {
+                    deleted.deleted += 1;
+                }
+            }
         }
     }
     deleted
@@ -288,11 +369,14 @@ async fn delete_unread_data_files(
 async fn data_file_paths(
     table: &Table,
     manifests: impl Iterator<Item = &iceberg::spec::ManifestFile>,
+    location: &str,
     live_only: bool,
 ) -> Option<std::collections::HashSet<String>> {
     let mut paths = std::collections::HashSet::new();
     for manifest in manifests {
-        let read = manifest.load_manifest(table.file_io()).await.ok()?;
+        let read = super::manifest::load(table, manifest, location)
+            .await
+            .ok()?;
         paths.extend(
             read.entries()
                 .iter()
@@ -313,8 +397,12 @@ pub(crate) async fn commit_expiry(
     tx: Transaction,
     roots: &[String],
 ) -> iceberg::Result<(Table, DataFilesDeleted)> {
+    let location = catalog
+        .assigned_location(table)
+        .await
+        .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?;
     let expired = tx.commit(&catalog.exact()).await?;
-    let deleted = delete_expired_files(table, &expired, roots).await;
+    let deleted = delete_expired_files(table, &expired, &location, roots).await;
     Ok((expired, deleted))
 }
 
@@ -365,17 +453,16 @@ const ALREADY_COMMITTED: &str = "these files were already committed to this tabl
 #[derive(Clone)]
 pub(crate) struct OnceAppend {
     files: Vec<DataFile>,
-    key: String,
-    value: String,
+    evidence: Evidence,
 }
 
 /// Most exactly-once appends one commit carries ([`append_once`]): bounds
 /// the size of one metadata update.
 pub(crate) const APPENDS_PER_COMMIT: usize = 64;
 
-/// Appends `files` to `table` in one snapshot carrying `key = value`, unless
-/// a snapshot with that property exists. Returns the snapshot that holds
-/// them and whether this call committed it.
+/// Appends `files` to `table` in one snapshot carrying `evidence`, unless a
+/// snapshot carrying it exists. Returns the snapshot that holds them and
+/// whether this call committed it.
 ///
 /// Appends of this process that queue for one table go in one commit (a
 /// group commit, [`super::group`]): one new version of the table carrying
@@ -385,14 +472,9 @@ pub(crate) async fn append_once(
     catalog: &IcebergCatalog,
     table: &Table,
     files: Vec<DataFile>,
-    key: &str,
-    value: &str,
+    evidence: Evidence,
 ) -> Result<(i64, bool)> {
-    let append = OnceAppend {
-        files,
-        key: key.to_string(),
-        value: value.to_string(),
-    };
+    let append = OnceAppend { files, evidence };
     // Boxed, as below: a grouped commit nests deep, and callers nest it
     // in their own futures (an embedder's too).
     let grouped = Box::pin(catalog.local().once_appends.join(
@@ -420,8 +502,7 @@ pub(crate) async fn append_once(
                 catalog,
                 table,
                 append.files,
-                key,
-                value,
+                append.evidence,
                 None,
             ))
             .await
@@ -436,15 +517,10 @@ pub(crate) async fn append_once_guarded(
     catalog: &IcebergCatalog,
     table: &Table,
     files: Vec<DataFile>,
-    key: &str,
-    value: &str,
+    evidence: Evidence,
     guard: Option<LoadCheck>,
 ) -> Result<(i64, bool)> {
-    let append = OnceAppend {
-        files,
-        key: key.to_string(),
-        value: value.to_string(),
-    };
+    let append = OnceAppend { files, evidence };
     let mut answers = commit_once(catalog, table, &[append], guard).await?;
     Ok(answers.remove(0))
 }
@@ -476,15 +552,9 @@ async fn commit_once(
             .filter(|(_, answer)| answer.is_none())
             .map(|(append, _)| append)
             .collect();
-        let wanted: Vec<(String, String)> = pending
-            .iter()
-            .map(|a| (a.key.clone(), a.value.clone()))
-            .collect();
+        let wanted: Vec<Evidence> = pending.iter().map(|a| a.evidence.clone()).collect();
         let evidence = load_check(move |table: &Table| {
-            match wanted
-                .iter()
-                .any(|(key, value)| snapshot_with(table, key, value).is_some())
-            {
+            match wanted.iter().any(|e| e.found_in(table).is_some()) {
                 true => Err(iceberg::Error::new(
                     iceberg::ErrorKind::DataInvalid,
                     ALREADY_COMMITTED,
@@ -498,8 +568,7 @@ async fn commit_once(
         };
         let mut tx = Transaction::new(&base);
         for append in &pending {
-            let evidence = HashMap::from([(append.key.clone(), append.value.clone())]);
-            tx = with_append(tx, &append.files, evidence)?;
+            tx = with_append(tx, &append.files, append.evidence.properties())?;
         }
         let result = tx.commit(&catalog.exact().check_on_load(check)).await;
         let current = catalog.catalog().load_table(table.identifier()).await?;
@@ -508,11 +577,10 @@ async fn commit_once(
             if answer.is_some() {
                 continue;
             }
-            if let Some(snapshot_id) = snapshot_with(&current, &append.key, &append.value) {
+            if let Some(snapshot_id) = append.evidence.found_in(&current) {
                 let committed_here = matches!(
                     &result,
-                    Ok(committed)
-                        if snapshot_with(committed, &append.key, &append.value) == Some(snapshot_id)
+                    Ok(committed) if append.evidence.found_in(committed) == Some(snapshot_id)
                 );
                 *answer = Some((snapshot_id, committed_here));
                 found = true;
@@ -655,14 +723,16 @@ mod tests {
     async fn an_append_with_evidence_commits_once() {
         let dir = tempfile::tempdir().unwrap();
         let (catalog, table) = embedded(dir.path()).await;
-        let (first, committed) = append_once(&catalog, &table, vec![], "upload-id", "u1")
-            .await
-            .unwrap();
+        let (first, committed) =
+            append_once(&catalog, &table, vec![], Evidence::new("upload-id", "u1"))
+                .await
+                .unwrap();
         assert!(committed);
         // Again with the stale table: the evidence is found, nothing is added.
-        let (again, committed) = append_once(&catalog, &table, vec![], "upload-id", "u1")
-            .await
-            .unwrap();
+        let (again, committed) =
+            append_once(&catalog, &table, vec![], Evidence::new("upload-id", "u1"))
+                .await
+                .unwrap();
         assert_eq!((again, committed), (first, false));
         let now = catalog
             .catalog()
@@ -677,7 +747,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (catalog, table) = embedded(dir.path()).await;
         let ident = table.identifier();
-        let (earlier, _) = append_once(&catalog, &table, vec![], "upload-id", "u1")
+        let (earlier, _) = append_once(&catalog, &table, vec![], Evidence::new("upload-id", "u1"))
             .await
             .unwrap();
         let before = catalog.catalog().load_table(ident).await.unwrap();
@@ -692,7 +762,7 @@ mod tests {
         let ids = ["u1", "u2", "u3", "u4"];
         let appends = ids
             .iter()
-            .map(|id| append_once(&catalog, &table, vec![], "upload-id", id));
+            .map(|id| append_once(&catalog, &table, vec![], Evidence::new("upload-id", id)));
         let (answers, ()) = tokio::join!(futures::future::join_all(appends), async { drop(busy) });
         let answers: Vec<(i64, bool)> = answers.into_iter().map(Result::unwrap).collect();
 

@@ -110,7 +110,9 @@ pub(crate) async fn rewrite_manifests(
             "REWRITE MANIFESTS needs an Iceberg v2 table; {name} is v1"
         )));
     }
-    let list = table.manifest_list_reader(current).load().await?;
+    // A target's manifests may be another writer's: read as a client's.
+    let assigned = catalog.assigned_location(table).await?;
+    let list = super::manifest::load_list(table, current, &assigned).await?;
     let data: Vec<&ManifestFile> = list
         .entries()
         .iter()
@@ -184,7 +186,7 @@ pub(crate) async fn rewrite_manifests(
         })?;
         let mut entries = vec![];
         for manifest in group {
-            let read = manifest.load_manifest(table.file_io()).await?;
+            let read = super::manifest::load(table, manifest, &assigned).await?;
             for entry in read.entries().iter().filter(|e| e.is_alive()) {
                 let (Some(added_in), Some(sequence)) =
                     (entry.snapshot_id(), entry.sequence_number())
@@ -241,7 +243,7 @@ pub(crate) async fn rewrite_manifests(
         let now = if attempt == 0 {
             &list
         } else {
-            reloaded = base.manifest_list_reader(parent).load().await?;
+            reloaded = super::manifest::load_list(&base, parent, &assigned).await?;
             &reloaded
         };
         let listed: HashSet<&str> = now
@@ -320,7 +322,7 @@ pub(crate) async fn rewrite_manifests(
     // refused): best effort, an orphan is harmless, only untidy.
     let written = merged.iter().map(|m| m.manifest_path.clone());
     for path in written.chain(refused_lists) {
-        let _ = table.file_io().delete(&path).await;
+        super::confine::delete_within(table.file_io(), &path, &assigned).await;
     }
     Err(Error::Conflict(format!(
         "{name} changed while its manifests were rewritten (another rewrite or a commit that \

@@ -1,6 +1,12 @@
-//! Path confinement: which paths lie under a table's location, and deleting
-//! a table's files without ever leaving that location, whatever its
-//! metadata names (a client may have written it).
+//! Path confinement: which paths lie under a table's location; the one
+//! deletion gate ([`delete_within`]) every path icestage deletes passes;
+//! and the one way a client's file is read ([`read_confined`]): confined to
+//! the table's location first, then bounded in size.
+//!
+//! The location is always the one icestage assigned to the table (the SQL
+//! catalog's rule, the location S3 Tables reports, the one a REST catalog
+//! gave at creation), never the one its metadata claims: a client may have
+//! written the metadata.
 
 use std::collections::HashSet;
 
@@ -9,7 +15,8 @@ use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 
 use super::Removal;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::limits;
 
 /// `path` in one comparable form: `file://` dropped, `s3a://` as `s3://`.
 /// `None` when it has `.`/`..` segments, empty segments, backslashes or
@@ -57,6 +64,138 @@ pub(crate) fn is_under(path: &str, location: &str) -> bool {
     }
 }
 
+/// The local file system path of `path` (`file://` or absolute), `None`
+/// for an object store's.
+fn local(path: &str) -> Option<&str> {
+    match path.split_once("://") {
+        Some(("file", rest)) => Some(rest),
+        Some(_) => None,
+        None => Some(path),
+    }
+}
+
+/// True when `path`, on a local file system, is or passes through a
+/// symbolic link below `location` (so that what it names may lie elsewhere
+/// although its text is under the location). Object stores have no links.
+pub(crate) fn through_link(path: &str, location: &str) -> bool {
+    let (Some(file), Some(root)) = (local(path), local(location)) else {
+        return false;
+    };
+    let root = std::path::Path::new(root);
+    let mut at = std::path::Path::new(file);
+    while at.starts_with(root) && at != root {
+        if std::fs::symlink_metadata(at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return true;
+        }
+        match at.parent() {
+            Some(parent) => at = parent,
+            None => break,
+        }
+    }
+    false
+}
+
+/// The one deletion gate: deletes `path` only when it lies under
+/// `location` (the location icestage assigned to the table whose file it
+/// is) and reaches nothing through a link; `false` when it was refused or
+/// the store refused. Every delete icestage performs on a table's behalf
+/// (purge, drop, abort, expiry, metadata clean-up, rewrite clean-up)
+/// passes here, whatever the metadata that named `path` says.
+pub(crate) async fn delete_within(io: &FileIO, path: &str, location: &str) -> bool {
+    if !is_under(path, location) || through_link(path, location) {
+        return false;
+    }
+    io.delete(path).await.is_ok()
+}
+
+/// Reads a file a client may have written: refused unless it lies under
+/// `location` (before anything is opened: the answer must not tell what
+/// exists elsewhere), reaches nothing through a link, and its stored size
+/// is within [`limits::ReadLimits::metadata_bytes`]. `what` names the file
+/// in errors (`manifest list`, `manifest`).
+pub(crate) async fn read_confined(
+    io: &FileIO,
+    path: &str,
+    location: &str,
+    what: &str,
+) -> Result<bytes::Bytes> {
+    if !is_under(path, location) || through_link(path, location) {
+        return Err(Error::invalid(format!(
+            "{what} '{path}' is outside the table's location '{location}': write it under \
+             the table's location"
+        )));
+    }
+    let input = io.new_input(path)?;
+    let size = input.metadata().await?.size;
+    let bound = limits::current().metadata_bytes;
+    if size > bound {
+        return Err(Error::invalid(format!(
+            "{what} '{path}' holds {size} bytes, more than the {} a metadata file may hold \
+             (limits.metadata_bytes): write smaller manifests",
+            limits::human(bound)
+        )));
+    }
+    Ok(input.read().await?)
+}
+
+/// Table properties that move where a writer puts files.
+const PATH_PROPERTIES: &[&str] = &[
+    "write.data.path",
+    "write.metadata.path",
+    "write.object-storage.path",
+    "write.folder-storage.path",
+];
+
+/// Why `updates` (a commit a client sends) would make the table name a
+/// file outside `location`, the location icestage assigned to it: one line
+/// per path (a manifest list, statistics, partition statistics, a path
+/// property) or for a new location. Empty when every path stays inside.
+/// The check is on paths alone: what the files hold is read, confined,
+/// when it is used.
+pub(crate) fn paths_outside(updates: &[iceberg::TableUpdate], location: &str) -> Vec<String> {
+    use iceberg::TableUpdate;
+    let mut outside = vec![];
+    let named = |outside: &mut Vec<String>, what: &str, path: &str| {
+        if !is_under(path, location) {
+            outside.push(format!(
+                "{what} '{path}' is outside the table's location '{location}'"
+            ));
+        }
+    };
+    for update in updates {
+        match update {
+            TableUpdate::AddSnapshot { snapshot } => {
+                named(&mut outside, "manifest list", snapshot.manifest_list());
+            }
+            TableUpdate::SetStatistics { statistics } => {
+                named(&mut outside, "statistics file", &statistics.statistics_path);
+            }
+            TableUpdate::SetPartitionStatistics {
+                partition_statistics,
+            } => named(
+                &mut outside,
+                "partition statistics file",
+                &partition_statistics.statistics_path,
+            ),
+            TableUpdate::SetProperties { updates } => {
+                for key in PATH_PROPERTIES {
+                    if let Some(path) = updates.get(*key) {
+                        named(&mut outside, &format!("property {key}"), path);
+                    }
+                }
+            }
+            TableUpdate::SetLocation { location: new } if canonical(new) != canonical(location) => {
+                outside.push(format!(
+                    "set-location to '{new}': the table stays where the catalog placed it \
+                     ('{location}')"
+                ));
+            }
+            _ => {}
+        }
+    }
+    outside
+}
+
 /// The paths the metadata itself names (no file is read): the metadata
 /// location, its log, every snapshot's manifest list and the statistics.
 pub(crate) fn metadata_paths(table: &Table) -> Vec<String> {
@@ -96,16 +235,15 @@ pub(crate) fn metadata_paths(table: &Table) -> Vec<String> {
 pub(crate) async fn delete_confined(table: &Table, location: &str, removal: Removal) -> Result<()> {
     let io: &FileIO = table.file_io();
     if removal == Removal::Location {
-        let _ = io.delete_prefix(location.trim_end_matches('/')).await;
+        if canonical(location).is_some() && !through_link(location, location) {
+            let _ = io.delete_prefix(location.trim_end_matches('/')).await;
+        }
         return Ok(());
     }
     let mut metadata: HashSet<String> = metadata_paths(table).into_iter().collect();
     let mut data: HashSet<String> = HashSet::new();
     for snapshot in table.metadata().snapshots() {
-        if !is_under(snapshot.manifest_list(), location) {
-            continue;
-        }
-        let Ok(list) = table.manifest_list_reader(snapshot).load().await else {
+        let Ok(list) = super::manifest::load_list(table, snapshot, location).await else {
             continue;
         };
         for manifest in list.entries() {
@@ -113,7 +251,7 @@ pub(crate) async fn delete_confined(table: &Table, location: &str, removal: Remo
                 continue;
             }
             metadata.insert(manifest.manifest_path.clone());
-            if let Ok(loaded) = super::manifest::load(table, manifest).await {
+            if let Ok(loaded) = super::manifest::load(table, manifest, location).await {
                 data.extend(
                     loaded
                         .entries()
@@ -130,9 +268,7 @@ pub(crate) async fn delete_confined(table: &Table, location: &str, removal: Remo
         Removal::MetadataOnly => metadata.difference(&data).collect(),
     };
     for path in doomed {
-        if is_under(path, location) {
-            let _ = io.delete(path).await;
-        }
+        delete_within(io, path, location).await;
     }
     Ok(())
 }

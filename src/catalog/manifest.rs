@@ -1,4 +1,11 @@
-//! Reading a manifest a client wrote. The spec asks for the table's schema
+//! Reading a manifest list or manifest a client wrote: confined to the
+//! table's location and bounded in size ([`super::confine::read_confined`]),
+//! every Avro block checked to decompress within
+//! [`crate::limits::ReadLimits::metadata_inflated_bytes`] with a codec
+//! Iceberg writers use ([`check_container`]) before the Avro reader sees it,
+//! and parsed so that a malformed file is an error, never a panic.
+//!
+//! The spec asks for the table's schema
 //! (JSON) in a manifest's `schema` metadata; some writers put the manifest
 //! entry's own schema there instead (DuckDB 1.4 does), which iceberg-rust
 //! cannot parse, although the entries themselves are sound. Such a manifest
@@ -11,10 +18,14 @@
 use std::sync::Arc;
 
 use iceberg::TableUpdate;
-use iceberg::spec::{FormatVersion, Manifest, ManifestFile, ManifestListWriter, Snapshot};
+use iceberg::spec::{
+    FormatVersion, Manifest, ManifestFile, ManifestList, ManifestListWriter, Snapshot,
+};
 use iceberg::table::Table;
 
+use super::confine::read_confined;
 use crate::error::{Error, Result};
+use crate::limits;
 
 /// iceberg-rust's words for a manifest whose `schema` is not a table schema.
 const MISPLACED_SCHEMA: &str = "Fail to parse schema in manifest metadata";
@@ -24,24 +35,28 @@ const MISPLACED_SCHEMA: &str = "Fail to parse schema in manifest metadata";
 /// is not a table schema: each gets a repaired copy next to it, and the
 /// snapshot a new manifest list naming the copies. Appends whose manifests
 /// follow the spec are left exactly as sent.
-pub(crate) async fn normalize(table: &Table, updates: &mut [TableUpdate]) -> Result<()> {
+///
+/// Every file it reads lies under `location` (the table's assigned
+/// location): a manifest named elsewhere is refused before it is opened.
+pub(crate) async fn normalize(
+    table: &Table,
+    location: &str,
+    updates: &mut [TableUpdate],
+) -> Result<()> {
     let Some(TableUpdate::AddSnapshot { snapshot }) = updates.first_mut() else {
         return Ok(());
     };
+    let io = table.file_io();
+    let list = load_list(table, &Arc::new(snapshot.clone()), location).await?;
     if table.metadata().format_version() != FormatVersion::V2 {
         return Ok(());
     }
-    let io = table.file_io();
-    let list = table
-        .manifest_list_reader(&Arc::new(snapshot.clone()))
-        .load()
-        .await?;
     let mut repaired_any = false;
     let mut files = vec![];
     for mut file in list.entries().iter().cloned() {
         if file.added_snapshot_id == snapshot.snapshot_id() {
-            let bytes = io.new_input(&file.manifest_path)?.read().await?;
-            if let Err(error) = Manifest::parse_avro(&bytes)
+            let bytes = read_avro(io, &file.manifest_path, location, "manifest").await?;
+            if let Err(Error::Iceberg(error)) = parse_manifest(&bytes, &file.manifest_path)
                 && error.message() == MISPLACED_SCHEMA
                 && let Some(repaired) = with_table_schema(&bytes, table)
             {
@@ -85,27 +100,190 @@ pub(crate) async fn normalize(table: &Table, updates: &mut [TableUpdate]) -> Res
     Ok(())
 }
 
-/// The manifest `file` of `table`.
-pub(crate) async fn load(table: &Table, file: &ManifestFile) -> Result<Manifest> {
-    let bytes = table
-        .file_io()
-        .new_input(&file.manifest_path)?
-        .read()
-        .await?;
-    match Manifest::parse_avro(&bytes) {
+/// The manifest list of `snapshot` of `table`, read as a client's file
+/// under `location` (see the module documentation).
+pub(crate) async fn load_list(
+    table: &Table,
+    snapshot: &iceberg::spec::SnapshotRef,
+    location: &str,
+) -> Result<ManifestList> {
+    let path = snapshot.manifest_list();
+    let bytes = read_avro(table.file_io(), path, location, "manifest list").await?;
+    let version = table.metadata().format_version();
+    unpanicked(path, || ManifestList::parse_with_version(&bytes, version))
+}
+
+/// The manifest `file` of `table`, read as a client's file under
+/// `location` (see the module documentation), its entries completed from
+/// `file` as Iceberg's inheritance says (snapshot id, sequence numbers).
+pub(crate) async fn load(table: &Table, file: &ManifestFile, location: &str) -> Result<Manifest> {
+    let path = &file.manifest_path;
+    if file.key_metadata.is_some() {
+        return Err(Error::NotSupported(format!(
+            "manifest {path} is encrypted: icestage reads no encrypted table"
+        )));
+    }
+    let bytes = read_avro(table.file_io(), path, location, "manifest").await?;
+    parse_with_table(&bytes, path, table).map(|manifest| inherit(manifest, file))
+}
+
+/// What entries whose snapshot id or sequence numbers are unset take from
+/// the manifest list entry `file` (Iceberg's inheritance, as
+/// `ManifestFile::load_manifest` applies it).
+fn inherit(manifest: Manifest, file: &ManifestFile) -> Manifest {
+    /// The sequence number of tables written before sequence numbers.
+    const INITIAL_SEQUENCE_NUMBER: i64 = 0;
+    let (entries, metadata) = manifest.into_parts();
+    let entries = entries
+        .into_iter()
+        .map(|entry| {
+            let mut entry = Arc::unwrap_or_clone(entry);
+            entry.snapshot_id.get_or_insert(file.added_snapshot_id);
+            if entry.status == iceberg::spec::ManifestStatus::Added
+                || file.sequence_number == INITIAL_SEQUENCE_NUMBER
+            {
+                entry.sequence_number.get_or_insert(file.sequence_number);
+                entry
+                    .file_sequence_number
+                    .get_or_insert(file.sequence_number);
+            }
+            entry
+        })
+        .collect();
+    Manifest::new(metadata, entries)
+}
+
+/// `bytes` of the manifest at `path` parsed, with a misplaced `schema`
+/// replaced by `table`'s (see the module documentation).
+fn parse_with_table(bytes: &[u8], path: &str, table: &Table) -> Result<Manifest> {
+    match parse_manifest(bytes, path) {
         Ok(manifest) => Ok(manifest),
-        Err(error) if error.message() == MISPLACED_SCHEMA => {
-            let repaired = with_table_schema(&bytes, table).ok_or_else(|| {
+        Err(Error::Iceberg(error)) if error.message() == MISPLACED_SCHEMA => {
+            let repaired = with_table_schema(bytes, table).ok_or_else(|| {
                 Error::invalid(format!(
-                    "manifest {} has a 'schema' that is not a table schema, and no schema of \
-                     the table matches its 'schema-id': write it with the table's schema",
-                    file.manifest_path
+                    "manifest {path} has a 'schema' that is not a table schema, and no schema of \
+                     the table matches its 'schema-id': write it with the table's schema"
                 ))
             })?;
-            Ok(Manifest::parse_avro(&repaired)?)
+            parse_manifest(&repaired, path)
         }
-        Err(error) => Err(error.into()),
+        Err(error) => Err(error),
     }
+}
+
+/// `path` read with [`read_confined`] and checked with [`check_container`].
+async fn read_avro(
+    io: &iceberg::io::FileIO,
+    path: &str,
+    location: &str,
+    what: &str,
+) -> Result<bytes::Bytes> {
+    let bytes = read_confined(io, path, location, what).await?;
+    let bound = limits::current().metadata_inflated_bytes;
+    check_container(&bytes, bound).map_err(|why| {
+        Error::invalid(format!(
+            "{what} '{path}' cannot be read: {why}; write it again with an Iceberg writer"
+        ))
+    })?;
+    Ok(bytes)
+}
+
+fn parse_manifest(bytes: &[u8], path: &str) -> Result<Manifest> {
+    unpanicked(path, || Manifest::parse_avro(bytes))
+}
+
+/// Runs a parser of a client's bytes: a panic inside it (a malformed file
+/// the parser did not expect) is an error naming `path`, not a dead task.
+fn unpanicked<T>(path: &str, parse: impl FnOnce() -> iceberg::Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)) {
+        Ok(parsed) => Ok(parsed?),
+        Err(_) => Err(Error::invalid(format!(
+            "'{path}' is malformed: its Avro could not be decoded; write it again with an \
+             Iceberg writer"
+        ))),
+    }
+}
+
+/// The Avro codecs Iceberg writers use, which the container's blocks may
+/// be compressed with.
+const CODECS: &[&str] = &["null", "deflate", "snappy", "zstandard"];
+
+/// Checks an Avro object container before the Avro reader decodes it: a
+/// codec of [`CODECS`], and blocks that together decompress to at most
+/// `bound` bytes (each is decompressed here within what is left of the
+/// bound, so a block that would inflate past it is stopped at the bound).
+/// The reason it is refused otherwise.
+pub(crate) fn check_container(bytes: &[u8], bound: u64) -> std::result::Result<(), String> {
+    let (metadata, rest) = read_header(bytes).ok_or("its Avro header is malformed")?;
+    let codec = metadata
+        .iter()
+        .find(|(k, _)| k == b"avro.codec")
+        .map_or("null".to_string(), |(_, v)| {
+            String::from_utf8_lossy(v).into_owned()
+        });
+    if !CODECS.contains(&codec.as_str()) {
+        return Err(format!(
+            "its Avro codec '{codec}' is not one Iceberg writers use ({})",
+            CODECS.join(", ")
+        ));
+    }
+    let mut at = rest.get(16..).ok_or("its Avro header has no sync marker")?;
+    let mut left = bound;
+    while !at.is_empty() {
+        let malformed = || "an Avro block is malformed".to_string();
+        let _objects = read_long(&mut at).ok_or_else(malformed)?;
+        let size =
+            usize::try_from(read_long(&mut at).ok_or_else(malformed)?).map_err(|_| malformed())?;
+        let block = at.get(..size).ok_or_else(malformed)?;
+        at = at
+            .get(size..)
+            .and_then(|r| r.get(16..))
+            .ok_or_else(malformed)?;
+        let inflated = inflated_size(&codec, block, left).ok_or_else(|| {
+            format!(
+                "its Avro blocks decompress to more than {} (limits.metadata_inflated_bytes) \
+                 or are corrupt",
+                limits::human(bound)
+            )
+        })?;
+        left -= inflated;
+    }
+    Ok(())
+}
+
+/// What `block` decompresses to with `codec`, when that is at most `left`
+/// bytes and the block decodes; `None` otherwise.
+fn inflated_size(codec: &str, block: &[u8], left: u64) -> Option<u64> {
+    use std::io::Read;
+    let limit = usize::try_from(left).unwrap_or(usize::MAX);
+    let size = match codec {
+        "null" => block.len(),
+        "deflate" => miniz_oxide::inflate::decompress_to_vec_with_limit(block, limit)
+            .ok()?
+            .len(),
+        "snappy" => {
+            // The block ends in the CRC32 of the uncompressed bytes.
+            let body = block.get(..block.len().checked_sub(4)?)?;
+            let claimed = snap::raw::decompress_len(body).ok()?;
+            if claimed > limit {
+                return None;
+            }
+            snap::raw::Decoder::new().decompress_vec(body).ok()?.len()
+        }
+        "zstandard" => {
+            // Counted as it streams, never held: at most one byte past the bound.
+            let decoder = zstd::stream::read::Decoder::new(block).ok()?;
+            let counted = std::io::copy(
+                &mut decoder.take(left.saturating_add(1)),
+                &mut std::io::sink(),
+            )
+            .ok()?;
+            usize::try_from(counted).ok()?
+        }
+        _ => return None,
+    };
+    let size = size as u64;
+    (size <= left).then_some(size)
 }
 
 /// `bytes` (an Avro object container) with its `schema` metadata set to the

@@ -454,6 +454,40 @@ impl IcebergCatalog {
         }
     }
 
+    /// Where `table`'s files may be read and deleted by maintenance
+    /// (expiry, manifest rewrites): [`Self::placed_location`], or as the
+    /// catalog reports it (S3 Tables). On a SQL catalog, a table a trusted
+    /// tool placed elsewhere under the warehouse (PyIceberg's
+    /// `<namespace>.db/<table>`) keeps the location its metadata gives;
+    /// nothing outside the warehouse is ever accepted. Session tables are
+    /// held to the rule alone (`upload::confine`).
+    pub(crate) async fn assigned_location(&self, table: &Table) -> Result<String> {
+        if let (CatalogKind::Sql { warehouse, .. }, Some(placed)) =
+            (&self.kind, self.placed_location(table))
+        {
+            let claimed = table.metadata().location();
+            if confine::canonical(claimed) != confine::canonical(&placed)
+                && confine::is_under(claimed, warehouse)
+            {
+                return Ok(claimed.to_string());
+            }
+            return Ok(placed);
+        }
+        if let Some(location) = self.placed_location(table) {
+            return Ok(location);
+        }
+        let ident = table.identifier();
+        self.pointers
+            .assigned_location(ident)
+            .await?
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "internal: catalog '{}' cannot say where {ident} is stored",
+                    self.name
+                ))
+            })
+    }
+
     /// Whether icestage can register metadata it wrote (keeping a target's
     /// field ids in a staging table). S3 Tables cannot.
     pub(crate) fn can_register_tables(&self) -> bool {
@@ -503,19 +537,18 @@ impl IcebergCatalog {
         confine::delete_confined(table, &location, removal).await
     }
 
-    /// Purges `table` with its files, if it exists.
+    /// Drops `table` with its files, if it exists: as [`Self::remove_table`]
+    /// does, through the deletion gate (iceberg's own purge is never run).
     pub(crate) async fn purge_if_exists(&self, table: &TableIdent) -> Result<()> {
-        if !self.catalog.table_exists(table).await? {
-            return Ok(());
-        }
-        match self.catalog.purge_table(table).await {
-            Ok(()) => Ok(()),
+        let loaded = match self.catalog.load_table(table).await {
+            Ok(loaded) => loaded,
             Err(e) if !self.catalog.table_exists(table).await.unwrap_or(true) => {
                 let _ = e;
-                Ok(())
+                return Ok(());
             }
-            Err(e) => Err(e.into()),
-        }
+            Err(e) => return Err(e.into()),
+        };
+        self.remove_table(&loaded, Removal::Everything).await
     }
 
     /// Creates `namespace` unless it exists (racing creators both succeed).

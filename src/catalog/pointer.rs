@@ -149,29 +149,35 @@ impl PointerStore {
         let location = MetadataLocation::from_str(current)?
             .with_next_version()
             .with_new_metadata(&metadata);
-        if !self.publish(base, &metadata, &location).await? {
+        let Some(location) = self.publish(base, &metadata, &location).await? else {
             return Ok(None);
-        }
-        successor(base, metadata, location.to_string()).map(Some)
+        };
+        successor(base, metadata, location).map(Some)
     }
 
-    /// Writes `metadata` at `location` (the next version of `base`) and points
-    /// `base`'s table at it if, and only if, it still points at `base`'s
-    /// metadata location; `Ok(false)` when another process committed first,
-    /// and the new file is removed again (nothing refers to it).
+    /// Writes `metadata` as the next version of `base` (at `location`, named
+    /// by its content: [`write_metadata`]) and points `base`'s table at it
+    /// if, and only if, it still points at `base`'s metadata location; the
+    /// new location, or `None` when another process committed first (the
+    /// new file is removed again: nothing refers to it).
     async fn publish(
         &self,
         base: &Table,
         metadata: &TableMetadata,
         location: &MetadataLocation,
-    ) -> iceberg::Result<bool> {
+    ) -> iceberg::Result<Option<String>> {
         let expected = base.metadata_location_result()?;
-        metadata.write_to(base.file_io(), location).await?;
-        let new = location.to_string();
+        let new = write_metadata(base.file_io(), metadata, location).await?;
         let swapped = self.swap(base.identifier(), expected, &new).await?;
+        // The folder of the metadata the catalog points at: the catalog's
+        // pointer, not the metadata's own claims, says where it is.
+        let folder = expected
+            .rsplit_once('/')
+            .map_or(expected, |(folder, _)| folder);
+        let io = base.file_io();
         if !swapped {
             // Best effort: an orphan is harmless, only untidy.
-            let _ = base.file_io().delete(&new).await;
+            super::confine::delete_within(io, &new, folder).await;
         } else if metadata
             .properties()
             .get(DELETE_AFTER_COMMIT)
@@ -181,11 +187,16 @@ impl PointerStore {
             // files that fell out of the log (bounded by
             // `write.metadata.previous-versions-max`) are deleted, so a
             // table whose properties change often keeps a bounded folder.
+            // Only metadata files beside the one the catalog pointed at: a
+            // log entry naming anything else (a client may have written the
+            // log) is left alone.
             for old in removed_metadata(base, metadata) {
-                let _ = base.file_io().delete(&old).await;
+                if old.ends_with(".metadata.json") {
+                    super::confine::delete_within(io, &old, folder).await;
+                }
             }
         }
-        Ok(swapped)
+        Ok(swapped.then_some(new))
     }
 
     /// Points `table` at `new` if, and only if, it points at `expected` now.
@@ -293,6 +304,83 @@ pub(crate) fn successor(
         .metadata_location(location)
         .runtime(iceberg::Runtime::current())
         .build()
+}
+
+/// Writes `metadata` where `location` says, named by its content: the
+/// file name's UUID is the first 16 bytes of the SHA-256 of the bytes
+/// written (a version-8 UUID), so the pointer the catalog keeps also pins
+/// what the file holds ([`rewritten`] checks it). Compressed metadata
+/// (`write.metadata.compression-codec`) is written as iceberg writes it,
+/// under a random UUID. The path written.
+pub(crate) async fn write_metadata(
+    io: &iceberg::io::FileIO,
+    metadata: &TableMetadata,
+    location: &MetadataLocation,
+) -> iceberg::Result<String> {
+    let named = location.to_string();
+    if !matches!(location.compression_codec().suffix(), Ok("")) {
+        metadata.write_to(io, location).await?;
+        return Ok(named);
+    }
+    let bytes = serde_json::to_vec(metadata).map_err(|e| {
+        iceberg::Error::new(
+            ErrorKind::DataInvalid,
+            format!("cannot write metadata: {e}"),
+        )
+    })?;
+    let (folder, file) = named.rsplit_once('/').unwrap_or(("", &named));
+    let version = file.split_once('-').map_or(file, |(v, _)| v);
+    let path = format!(
+        "{folder}/{version}-{}.metadata.json",
+        content_id(&bytes).hyphenated()
+    );
+    io.new_output(&path)?.write(bytes.into()).await?;
+    Ok(path)
+}
+
+/// The version-8 UUID that names metadata `bytes` ([`write_metadata`]).
+fn content_id(bytes: &[u8]) -> uuid::Uuid {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(bytes);
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(first).into_uuid()
+}
+
+/// Whether the metadata file at `path` still holds what icestage wrote
+/// there: `None` when it does, or when its name carries no content id
+/// (another writer's file); otherwise why not. Read only within
+/// [`crate::limits::ReadLimits::metadata_bytes`].
+pub(crate) async fn rewritten(
+    io: &iceberg::io::FileIO,
+    path: &str,
+) -> iceberg::Result<Option<String>> {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let Some(id) = file
+        .strip_suffix(".metadata.json")
+        .and_then(|stem| stem.split_once('-'))
+        .and_then(|(_, id)| uuid::Uuid::parse_str(id).ok())
+        .filter(|id| id.get_version_num() == 8)
+    else {
+        return Ok(None);
+    };
+    let input = io.new_input(path)?;
+    let size = input.metadata().await?.size;
+    let bound = crate::limits::current().metadata_bytes;
+    if size > bound {
+        return Ok(Some(format!(
+            "its metadata file {path} holds {size} bytes, more than the {} icestage wrote at \
+             most (limits.metadata_bytes): it was rewritten in place",
+            crate::limits::human(bound)
+        )));
+    }
+    let bytes = input.read().await?;
+    Ok((content_id(&bytes) != id).then(|| {
+        format!(
+            "its metadata file {path} is not the one icestage committed (its content changed \
+             after it was written): a client rewrote it in place"
+        )
+    }))
 }
 
 /// The table property that asks for old metadata files to be deleted.

@@ -185,7 +185,7 @@ impl RestCommits {
         // A mark refused with its commit is referenced by nothing: remove it
         // (best effort). Not after an error: the commit may have landed.
         if let (Some(path), Ok(None)) = (&mark, &committed) {
-            let _ = base.file_io().delete(path).await;
+            super::confine::delete_within(base.file_io(), path, base.metadata().location()).await;
         }
         committed
     }

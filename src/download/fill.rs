@@ -16,7 +16,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::{Download, DownloadId, DownloadState, PROP_FILES, PROP_HEARTBEAT_AT, PROP_ROWS};
 use crate::catalog::IcebergCatalog;
-use crate::catalog::commit::append_once;
+use crate::catalog::commit::{Evidence, append_once};
 use crate::catalog::writer::write_partitions;
 use crate::cluster::Cluster;
 use crate::error::Result;
@@ -103,7 +103,13 @@ async fn write(catalog: &IcebergCatalog, id: &DownloadId, source: Fill) -> Resul
         }
     };
     let counts = (files.iter().map(|f| f.record_count()).sum(), files.len());
-    append_once(catalog, &table, files, SNAPSHOT_DOWNLOAD_ID, id.as_str()).await?;
+    append_once(
+        catalog,
+        &table,
+        files,
+        Evidence::new(SNAPSHOT_DOWNLOAD_ID, id.as_str()),
+    )
+    .await?;
     Ok(counts)
 }
 

@@ -32,7 +32,7 @@ use super::read::{PrefixTable, Source};
 use super::source::select;
 pub(crate) use super::source::{Access, SourceFile};
 use crate::catalog::IcebergCatalog;
-use crate::catalog::commit::{append_once_guarded, snapshot_with};
+use crate::catalog::commit::{Evidence, append_once_guarded, snapshot_with};
 use crate::catalog::insert::append_rows;
 use crate::catalog::scoped::LoadCheck;
 use crate::catalog::writer::write_rows;
@@ -655,8 +655,7 @@ pub(crate) async fn copy_files(
         catalog,
         &target,
         data_files,
-        SNAPSHOT_COPY_ID,
-        &copy_id,
+        Evidence::new(SNAPSHOT_COPY_ID, &copy_id),
         Some(guard),
     )
     .await

@@ -121,7 +121,11 @@ async fn plan_statement(
                     .unwrap_or(std::time::Duration::from_secs(60)),
                 owner: option("owner").map(str::to_string),
             };
-            let sql = crate::secret::redact_sql(&query.to_string());
+            // Redacted from the parsed query (every literal form), then the
+            // text once more.
+            let mut shown = query.clone();
+            crate::secret::redact_query(&mut shown);
+            let sql = crate::secret::redact_sql(&shown.to_string());
             let plan = state
                 .statement_to_plan(DFStatement::Statement(Box::new(SqlStatement::Query(query))))
                 .await?;

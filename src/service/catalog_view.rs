@@ -277,13 +277,19 @@ impl CatalogView {
         Ok(loaded(&table))
     }
 
+    /// Drops `ident`; with `purge`, also its files, through the deletion
+    /// gate: only what lies under the location the catalog assigned to the
+    /// table, whatever its metadata names (iceberg's own purge would follow
+    /// every path the metadata holds, and a client wrote it).
     pub(crate) async fn drop_table(&self, ident: &TableIdent, purge: bool) -> ViewResult<()> {
-        self.table_exists(ident).await?;
+        let table = self.table(ident).await?;
         let catalog = self.catalog.catalog();
         let dropped = if purge {
-            catalog.purge_table(ident).await
+            self.catalog
+                .remove_table(&table, crate::catalog::Removal::Everything)
+                .await
         } else {
-            catalog.drop_table(ident).await
+            catalog.drop_table(ident).await.map_err(Into::into)
         };
         match dropped {
             Ok(()) => Ok(()),
@@ -323,6 +329,18 @@ impl CatalogView {
             ));
         }
         let table = self.table(ident).await?;
+        let location = self.catalog.assigned_location(&table).await?;
+        let outside = crate::catalog::confine::paths_outside(&request.updates, &location);
+        if !outside.is_empty() {
+            return Err(RestError::new(
+                StatusCode::FORBIDDEN,
+                "ForbiddenException",
+                format!(
+                    "{ident}: {}: a commit may only name files under the table's location",
+                    outside.join("; ")
+                ),
+            ));
+        }
         let committed = self
             .catalog
             .pointers()
@@ -482,6 +500,123 @@ operations = ["catalog"]
         let hidden = iceberg::TableIdent::from_strs(["icestage", "upload_log"]).unwrap();
         let error = lake.catalog().load_table(&hidden).await.unwrap_err();
         assert_eq!(error.kind(), iceberg::ErrorKind::TableNotFound, "{error}");
+    }
+
+    /// A catalog token holds only its tables, an Iceberg client and the
+    /// protocol: a commit naming a file outside the table's location is
+    /// refused, and a purge deletes nothing outside it even when the
+    /// metadata (written by anyone) names files elsewhere: the warehouse's
+    /// catalog database, another folder.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_catalog_token_cannot_make_the_service_delete_outside_its_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = serve(dir.path(), r#"["sandbox.*"]"#).await;
+        let http = reqwest::Client::new();
+        let send = |method: reqwest::Method, path: &str, body: Option<serde_json::Value>| {
+            let mut request = http
+                .request(method, format!("{uri}/v1/{path}"))
+                .bearer_auth("sk_lake");
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            async move {
+                let response = request.send().await.unwrap();
+                (response.status().as_u16(), response.text().await.unwrap())
+            }
+        };
+        use reqwest::Method;
+        let (status, body) = send(
+            Method::POST,
+            "namespaces",
+            Some(serde_json::json!({"namespace": ["sandbox"]})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let schema = serde_json::json!({"type": "struct", "schema-id": 0, "fields": [
+            {"id": 1, "name": "id", "required": true, "type": "long"}]});
+        let (status, body) = send(
+            Method::POST,
+            "namespaces/sandbox/tables",
+            Some(serde_json::json!({"name": "t", "schema": schema})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+
+        let victim = dir.path().join("outside").join("victim.txt");
+        std::fs::create_dir_all(victim.parent().unwrap()).unwrap();
+        std::fs::write(&victim, "keep me").unwrap();
+        let database = dir.path().join("catalog.db");
+        assert!(database.exists());
+        let statistics = |path: &std::path::Path| {
+            serde_json::json!({"action": "set-statistics", "snapshot-id": 1, "statistics": {
+                "snapshot-id": 1, "statistics-path": format!("file://{}", path.display()),
+                "file-size-in-bytes": 7, "file-footer-size-in-bytes": 1, "blob-metadata": []}})
+        };
+        for (target, update) in [
+            (&victim, statistics(&victim)),
+            (&database, statistics(&database)),
+            (
+                &victim,
+                serde_json::json!({"action": "set-location",
+                    "location": format!("file://{}", dir.path().display())}),
+            ),
+            (
+                &victim,
+                serde_json::json!({"action": "set-properties",
+                    "updates": {"write.metadata.path": format!("file://{}", dir.path().display())}}),
+            ),
+        ] {
+            let (status, body) = send(
+                Method::POST,
+                "namespaces/sandbox/tables/t",
+                Some(serde_json::json!({"requirements": [], "updates": [update]})),
+            )
+            .await;
+            assert_eq!(status, 403, "{body}");
+            assert!(
+                body.contains("outside the table's location") || body.contains("set-location"),
+                "{body}"
+            );
+            assert!(target.exists());
+        }
+
+        // Metadata that names outside files anyway (a trusted tool wrote
+        // it): a purge through the catalog token still leaves them.
+        let embedded = crate::config::IcestageConfig::embedded(dir.path()).unwrap();
+        let catalog = IcebergCatalog::open(&embedded.catalogs[0]).await.unwrap();
+        let ident = iceberg::TableIdent::from_strs(["sandbox", "t"]).unwrap();
+        let table = catalog.catalog().load_table(&ident).await.unwrap();
+        let planted = [&victim, &database].map(|path| TableUpdate::SetStatistics {
+            statistics: iceberg::spec::StatisticsFile {
+                snapshot_id: 1 + path.as_os_str().len() as i64,
+                statistics_path: format!("file://{}", path.display()),
+                file_size_in_bytes: 7,
+                file_footer_size_in_bytes: 1,
+                key_metadata: None,
+                blob_metadata: vec![],
+            },
+        });
+        catalog
+            .pointers()
+            .commit(&table, vec![], planted.to_vec())
+            .await
+            .unwrap()
+            .expect("planted");
+        let (status, body) = send(
+            Method::DELETE,
+            "namespaces/sandbox/tables/t?purgeRequested=true",
+            None,
+        )
+        .await;
+        assert_eq!(status, 204, "{body}");
+        assert!(victim.exists(), "a purge deleted a file outside the table");
+        assert!(database.exists(), "a purge deleted the catalog database");
+        let (status, _) = send(Method::GET, "namespaces/sandbox/tables/t", None).await;
+        assert_eq!(status, 404);
+        // The table's own files went with it.
+        let location = dir.path().join("sandbox").join("t").join("metadata");
+        let left = std::fs::read_dir(&location).map_or(0, |d| d.count());
+        assert_eq!(left, 0, "the purge left the table's own metadata");
     }
 
     /// What the catalog view refuses, by the protocol's codes, and what it

@@ -40,6 +40,9 @@ pub struct ServiceConfig {
     pub catalogs: Vec<CatalogConfig>,
     /// The service itself.
     pub service: ServiceSettings,
+    /// Bounds on the work done on bytes a client wrote.
+    #[serde(default)]
+    pub limits: crate::limits::ReadLimits,
 }
 
 /// `[service]`
@@ -213,11 +216,15 @@ impl ServiceConfig {
     /// The catalogs to serve.
     pub fn catalogs(&self) -> Result<IcestageConfig> {
         if self.catalogs.is_empty() {
-            return IcestageConfig::embedded(self.warehouse.as_deref().expect("checked"));
+            let mut embedded =
+                IcestageConfig::embedded(self.warehouse.as_deref().expect("checked"))?;
+            embedded.limits = self.limits;
+            return Ok(embedded);
         }
         Ok(IcestageConfig {
             default_catalog: self.default_catalog.clone(),
             catalogs: self.catalogs.clone(),
+            limits: self.limits,
         })
     }
 

@@ -10,13 +10,14 @@ mod catalog_view;
 mod config;
 mod filter;
 mod handlers;
+mod limit;
 mod openapi;
 mod rest;
 mod webhooks;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
@@ -38,9 +39,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::rows::ResultRow;
 use crate::upload::UploadId;
 
-/// Token buckets kept before idle ones are dropped.
-const MAX_BUCKETS: usize = 10_000;
-
 /// The service's shared state.
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
@@ -54,7 +52,7 @@ struct Inner {
     tokens: Vec<([u8; 32], TokenSettings)>,
     id_secret: Vec<u8>,
     timeout: Duration,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    limiter: limit::Limiter,
     /// Where clients reach this service (see `ServiceSettings::public_url`),
     /// once known.
     public_url: std::sync::OnceLock<String>,
@@ -91,7 +89,9 @@ impl AppState {
             Some(secret) => secret.expose().as_bytes().to_vec(),
             None => rand::random::<[u8; 32]>().to_vec(),
         };
+        let limiter = limit::Limiter::new(config.service.requests_per_minute);
         Ok(Self(Arc::new(Inner {
+            limiter,
             tokens: config.tokens()?,
             timeout: config.timeout()?,
             ops: Operations::new(&ctx)?,
@@ -99,7 +99,7 @@ impl AppState {
             icestage,
             config,
             id_secret,
-            buckets: Mutex::default(),
+
             public_url: std::sync::OnceLock::new(),
             promoting: Mutex::default(),
         })))
@@ -139,33 +139,16 @@ impl AppState {
         found.cloned()
     }
 
-    /// Takes one request from `key`'s token bucket (requests_per_minute,
-    /// refilled continuously); `Some(seconds to wait)` when it is empty.
+    /// Takes one request from the authenticated caller `key`'s token
+    /// bucket (requests_per_minute, refilled continuously); `Some(seconds
+    /// to wait)` when it is empty. See [`limit`].
     pub(crate) fn admit(&self, key: &str) -> Option<u64> {
-        let rate = f64::from(self.0.config.service.requests_per_minute.max(1));
-        let mut buckets = self.0.buckets.lock().expect("buckets");
-        // Keys may come from unauthenticated requests (session tokens are
-        // checked after this): a bucket idle for a minute is full again and
-        // can go, and the map never holds more than MAX_BUCKETS.
-        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(key) {
-            buckets.retain(|_, (_, last)| last.elapsed() < Duration::from_secs(60));
-            if buckets.len() >= MAX_BUCKETS {
-                // More distinct callers in a minute than the service tracks:
-                // a new one waits.
-                return Some(1);
-            }
-        }
-        let (tokens, last) = buckets
-            .entry(key.to_string())
-            .or_insert((rate, Instant::now()));
-        let now = Instant::now();
-        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate / 60.0).min(rate);
-        *last = now;
-        if *tokens < 1.0 {
-            return Some((((1.0 - *tokens) * 60.0 / rate).ceil() as u64).max(1));
-        }
-        *tokens -= 1.0;
-        None
+        self.0.limiter.admit(key)
+    }
+
+    /// The request rates (see [`limit`]).
+    pub(crate) fn limiter(&self) -> &limit::Limiter {
+        &self.0.limiter
     }
 
     /// The operations, on the service's session.
@@ -333,11 +316,29 @@ impl FromRequestParts<AppState> for Caller {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or_else(|| unauthorized("send the token as Authorization: Bearer <token>"))?;
-        let token = state
-            .api_token(presented)
-            .ok_or_else(|| unauthorized("the bearer token is not valid"))?;
+            .and_then(|v| v.strip_prefix("Bearer "));
+        // A token is a hash comparison away: a valid one is charged to
+        // itself alone; a failure to the client's address.
+        let Some(token) = presented.and_then(|p| state.api_token(p)) else {
+            if let Some(wait) = state.limiter().stranger_wait() {
+                let mut error = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!(
+                        "this address sent too many requests without a valid token: retry \
+                         after {wait}s with a valid token"
+                    ),
+                );
+                error.retry_after = Some(wait);
+                return Err(error);
+            }
+            state.limiter().refused();
+            return Err(unauthorized(if presented.is_none() {
+                "send the token as Authorization: Bearer <token>"
+            } else {
+                "the bearer token is not valid"
+            }));
+        };
         if let Some(wait) = state.admit(&token.name) {
             let mut error = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -407,6 +408,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             deadline,
         ))
+        .layer(axum::middleware::from_fn(limit::with_peer))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
 }
@@ -456,7 +458,8 @@ pub async fn serve(config: ServiceConfig) -> Result<()> {
         .public_url
         .set(public.unwrap_or_else(|| bound.clone()));
     eprintln!("icestage serve: listening on {bound}");
-    axum::serve(listener, router(state.clone()))
+    let app = router(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     eprintln!("icestage serve: stopping; waiting for background promotions and downloads");

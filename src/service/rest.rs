@@ -212,20 +212,52 @@ fn slow_down(state: &AppState, who: &str) -> std::result::Result<(), RestError> 
 
 /// The bearer of `headers`: a session token icestage issued, or an API
 /// token with the `catalog` operation; 401 for anything else.
+///
+/// A failed authentication is charged to the client's address, never to
+/// the session or token it named (see `limit`).
 async fn bearer(state: &AppState, headers: &HeaderMap) -> std::result::Result<Bearer, RestError> {
+    let stranger = || match state.limiter().stranger_wait() {
+        Some(wait) => Err(RestError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "SlowDownException",
+            format!(
+                "this address sent too many requests without a valid token: retry after \
+                 {wait}s with a valid token"
+            ),
+        )),
+        None => Ok(()),
+    };
+    let refused = |error: RestError| {
+        if error.status == StatusCode::UNAUTHORIZED {
+            state.limiter().refused();
+        }
+        error
+    };
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| unauthorized("send the session's token as Authorization: Bearer <token>"))?;
+        .ok_or_else(|| {
+            stranger().err().unwrap_or_else(|| {
+                refused(unauthorized(
+                    "send the session's token as Authorization: Bearer <token>",
+                ))
+            })
+        })?;
     if token::parse(presented).is_some() {
+        // Checking a session token reads the catalog: an address that keeps
+        // failing is stopped before that work.
+        stranger()?;
         return Ok(Bearer::Session(Box::new(
-            session_access(state, presented).await?,
+            session_access(state, presented).await.map_err(refused)?,
         )));
     }
-    let token = state
-        .api_token(presented)
-        .ok_or_else(|| unauthorized("the token is not a session token icestage issued"))?;
+    let Some(token) = state.api_token(presented) else {
+        stranger()?;
+        return Err(refused(unauthorized(
+            "the token is not a session token icestage issued",
+        )));
+    };
     slow_down(state, &format!("token '{}'", token.name))?;
     if !token.operations.iter().any(|o| o == "catalog") {
         return Err(RestError::new(
@@ -262,9 +294,6 @@ async fn session_access(
 ) -> std::result::Result<Access, RestError> {
     let (kind, id, secret) = token::parse(presented)
         .ok_or_else(|| unauthorized("the token is not a session token icestage issued"))?;
-    // Each session has the request rate of an API token, counted before any
-    // catalog work.
-    slow_down(state, &format!("session {id}"))?;
     match kind {
         TokenKind::Upload => {
             let id = UploadId::parse(id).map_err(|_| unauthorized("the token is not valid"))?;
@@ -272,6 +301,9 @@ async fn session_access(
                 .await?
                 .filter(|s| holds(&s.table, secret))
                 .ok_or_else(|| unauthorized("the token is not valid, or its upload has ended"))?;
+            // Each session has the request rate of an API token, charged once
+            // its secret was checked (a stranger's guesses charge its address).
+            slow_down(state, &format!("session {id}"))?;
             if staging.is_expired(Utc::now()) || staging.tampered.is_some() {
                 return Err(RestError::new(
                     StatusCode::FORBIDDEN,
@@ -298,6 +330,7 @@ async fn session_access(
                 .await?
                 .filter(|d| holds(&d.table, secret))
                 .ok_or_else(|| unauthorized("the token is not valid, or its download has ended"))?;
+            slow_down(state, &format!("session {id}"))?;
             if download.state != DownloadState::Ready || download.is_expired(Utc::now()) {
                 return Err(RestError::new(
                     StatusCode::FORBIDDEN,
@@ -712,7 +745,8 @@ async fn commit(
     // writes them) are rewritten now, so that every later reader can plan
     // scans of the staging table.
     let mut updates = request.updates;
-    crate::catalog::manifest::normalize(&access.grant.table, &mut updates).await?;
+    crate::catalog::manifest::normalize(&access.grant.table, &access.grant.location, &mut updates)
+        .await?;
     apply_append(&access.grant.catalog, &access.grant.table, updates)
         .await?
         .map_err(refused)

@@ -91,7 +91,7 @@ pub(crate) async fn discard(mut staging: Staging, state: UploadState) -> Result<
         })?;
     // Defensive: never purge files a promotion registered in the target.
     if let Ok(target) = load_target(&staging).await
-        && let Some(snapshot_id) = promoted_snapshot(&target, &staging.id)
+        && let Some(snapshot_id) = promoted_snapshot(&target, &staging)
     {
         return Err(Error::UploadState {
             id: staging.id.to_string(),

@@ -7,7 +7,7 @@
 //! warehouse, and S3 Tables reports the storage it assigned.
 
 use super::Staging;
-use crate::catalog::confine::{canonical, is_under, metadata_paths};
+use crate::catalog::confine::{canonical, is_under, metadata_paths, through_link};
 use crate::error::{Error, Result};
 
 /// Where icestage placed the staging table of `staging`: by the catalog's
@@ -60,19 +60,21 @@ pub(crate) async fn confinement(
     if outside.is_empty()
         && let Some(current) = table.metadata().current_snapshot()
     {
-        let list = table.manifest_list_reader(current).load().await?;
+        let list = crate::catalog::manifest::load_list(table, current, location).await?;
         for manifest in list.entries() {
             if !is_under(&manifest.manifest_path, location) {
                 outside.push(manifest.manifest_path.clone());
                 continue;
             }
-            let loaded = crate::catalog::manifest::load(table, manifest).await?;
+            let loaded = crate::catalog::manifest::load(table, manifest, location).await?;
+            // A link below the location (a local warehouse) names whatever
+            // it points at: outside, whatever its text says.
             outside.extend(
                 loaded
                     .entries()
                     .iter()
                     .map(|e| e.data_file().file_path().to_string())
-                    .filter(|p| !is_under(p, location)),
+                    .filter(|p| !is_under(p, location) || through_link(p, location)),
             );
             loaded_manifests.push((manifest.clone(), loaded));
         }

@@ -229,6 +229,10 @@ pub(crate) async fn create_upload(
         (PROP_STATE.to_string(), UploadState::Open.to_string()),
         (PROP_CREATED_AT.to_string(), created_at.to_rfc3339()),
         (PROP_EXPIRES_AT.to_string(), expires_at.to_rfc3339()),
+        (
+            super::seal::PROP_EVIDENCE.to_string(),
+            super::seal::PROOF_V1.to_string(),
+        ),
     ]);
     if let Some(owner) = owner {
         properties.insert(PROP_OWNER.to_string(), owner.to_string());
@@ -245,13 +249,15 @@ pub(crate) async fn create_upload(
         Some(location) if catalog.can_register_tables() => {
             let metadata = staging_metadata(table.metadata(), &location, properties)?;
             let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
-            metadata
-                .write_to(table.file_io(), &metadata_location)
-                .await?;
-            catalog
-                .catalog()
-                .register_table(&ident, metadata_location.to_string())
-                .await?;
+            // Named by its content: a client that rewrites it in place is
+            // found out (`catalog::pointer::rewritten`).
+            let written = crate::catalog::pointer::write_metadata(
+                table.file_io(),
+                &metadata,
+                &metadata_location,
+            )
+            .await?;
+            catalog.catalog().register_table(&ident, written).await?;
         }
         // The catalog places tables itself and cannot register metadata
         // (S3 Tables): a new table with the target's columns, spec and sort

@@ -39,6 +39,7 @@ use iceberg::{NamespaceIdent, TableIdent};
 
 use crate::catalog::IcebergCatalog;
 use crate::catalog::Icestage;
+use crate::catalog::commit::Evidence;
 use crate::catalog::commit::{Swap, swap_properties};
 use crate::error::{Error, Result};
 pub use crate::session::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_OWNER, PROP_STATE};
@@ -205,6 +206,9 @@ pub(crate) struct Staging {
     /// Why the session's sealed properties cannot be trusted, if they cannot
     /// (see [`seal`]).
     pub(crate) tampered: Option<String>,
+    /// The proof its promotion's target snapshot carries ([`seal::proof`]),
+    /// for uploads whose sealed properties ask for one.
+    pub(crate) proof: Option<String>,
 }
 
 impl Staging {
@@ -241,6 +245,7 @@ impl Staging {
             owner: props.get(PROP_OWNER).cloned(),
             held_claim: None,
             tampered: None,
+            proof: None,
             table,
         })
     }
@@ -249,8 +254,36 @@ impl Staging {
     pub(crate) async fn open(catalog: Arc<IcebergCatalog>, table: Table) -> Result<Self> {
         let key = seal::key(&catalog).await?;
         let mut staging = Self::from_table(catalog, table)?;
-        staging.tampered = seal::broken(&key, staging.table.metadata().properties());
+        let props = staging.table.metadata().properties();
+        staging.tampered = seal::broken(&key, props);
+        if staging.tampered.is_none()
+            && let Some(path) = staging.table.metadata_location()
+        {
+            // The metadata icestage committed, not a copy rewritten in place
+            // by a client that can write the table's folder.
+            staging.tampered =
+                crate::catalog::pointer::rewritten(staging.table.file_io(), path).await?;
+        }
+        let props = staging.table.metadata().properties();
+        if props.contains_key(seal::PROP_EVIDENCE) {
+            staging.proof = Some(seal::proof(
+                &key,
+                staging.id.as_str(),
+                &staging.target.to_string(),
+            ));
+        }
         Ok(staging)
+    }
+
+    /// The exactly-once evidence of this upload's promotion: `upload-id`
+    /// in the target snapshot's summary, proven by [`seal::proof`] where the
+    /// upload asks for it (a snapshot anyone else wrote proves nothing).
+    pub(crate) fn evidence(&self) -> Evidence {
+        let evidence = Evidence::new(SNAPSHOT_UPLOAD_ID, self.id.as_str());
+        match &self.proof {
+            Some(proof) => evidence.proven(seal::SNAPSHOT_UPLOAD_PROOF, proof),
+            None => evidence,
+        }
     }
 
     /// True when another process's promotion holds a live claim.
@@ -380,10 +413,11 @@ impl Staging {
         .await?;
         match swap {
             Swap::Done(table) => {
-                let tampered = self.tampered.take();
+                let (tampered, proof) = (self.tampered.take(), self.proof.take());
                 *self = Staging::from_table(Arc::clone(&self.catalog), table)?;
                 self.held_claim = claim;
                 self.tampered = tampered;
+                self.proof = proof;
                 Ok(())
             }
             Swap::Refused(now) => Err(Error::UploadState {
@@ -491,9 +525,10 @@ pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<St
 /// still be promoted (see [`Staging::past_promotion`]).
 pub(crate) const PROMOTION_GRACE: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 
-/// The target snapshot that promoted `id`, if any (the exactly-once evidence).
-pub(crate) fn promoted_snapshot(target: &Table, id: &UploadId) -> Option<i64> {
-    crate::catalog::commit::snapshot_with(target, SNAPSHOT_UPLOAD_ID, id.as_str())
+/// The target snapshot that promoted `staging`, if any (the exactly-once
+/// evidence, [`Staging::evidence`]).
+pub(crate) fn promoted_snapshot(target: &Table, staging: &Staging) -> Option<i64> {
+    staging.evidence().found_in(target)
 }
 
 #[cfg(test)]

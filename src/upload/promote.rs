@@ -219,7 +219,7 @@ async fn promote_once(
         };
     };
     let target = load_target(&staging).await?;
-    if let Some(snapshot_id) = promoted_snapshot(&target, id) {
+    if let Some(snapshot_id) = promoted_snapshot(&target, &staging) {
         let (rows, files) = snapshot_counts(&target, snapshot_id);
         // Committed earlier: the files were registered as the target's own
         // only on the zero-copy path, where the catalog keeps them.
@@ -324,7 +324,7 @@ async fn promote_once(
 /// process moved it meanwhile (its state wins). Returns `error`.
 async fn release_claim(staging: &mut Staging, error: Error) -> Error {
     let committed = match load_target(staging).await {
-        Ok(target) => promoted_snapshot(&target, &staging.id).is_some(),
+        Ok(target) => promoted_snapshot(&target, staging).is_some(),
         // Unknown: leave the claim to its lease.
         Err(_) => true,
     };
@@ -402,14 +402,9 @@ async fn promote_claimed(
         _ => transfer::rewrite(staging, target).await?,
     };
     let files = data_files.len() as i64;
-    let (snapshot_id, committed_here) = append_once(
-        &staging.catalog,
-        target,
-        data_files,
-        SNAPSHOT_UPLOAD_ID,
-        id.as_str(),
-    )
-    .await?;
+    let forged = staging.evidence().forged_in(target);
+    let (snapshot_id, committed_here) =
+        append_once(&staging.catalog, target, data_files, staging.evidence()).await?;
     failpoint("promote.after-commit");
     finish(
         staging,
@@ -428,7 +423,7 @@ async fn promote_claimed(
         TransferPath::Copy => "after copying the files into the target's storage",
         _ => "after rewriting the rows with the target's field ids",
     };
-    let message = if committed_here {
+    let mut message = if committed_here {
         format!(
             "committed {rows} row(s) in {files} file(s) to {} in snapshot {snapshot_id} {how}",
             staging.target
@@ -436,6 +431,20 @@ async fn promote_claimed(
     } else {
         already_message(&staging.target.to_string(), snapshot_id)
     };
+    if !forged.is_empty() {
+        // Another writer's snapshot claimed this upload: ignored, and said.
+        message.push_str(&format!(
+            "; ignored {} snapshot(s) of {} that claim {SNAPSHOT_UPLOAD_ID}={id} without \
+             icestage's proof ({}): another writer added them",
+            forged.len(),
+            staging.target,
+            forged
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     Ok(Promotion {
         upload_id: id.clone(),
         state: UploadState::Promoted,

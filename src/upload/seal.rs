@@ -30,6 +30,16 @@ use crate::session::log;
 pub const PROP_SEAL: &str = "icestage.seal";
 /// Upload log property: the catalog's sealing key (hex).
 const PROP_SEAL_KEY: &str = "icestage.seal-key";
+/// Staging table property (sealed): how the upload's exactly-once evidence
+/// is proven. [`PROOF_V1`]: the target snapshot that promoted it carries
+/// [`SNAPSHOT_UPLOAD_PROOF`] beside `upload-id`. Uploads opened before it
+/// existed lack it, and their evidence is `upload-id` alone.
+pub const PROP_EVIDENCE: &str = "icestage.evidence";
+/// [`PROP_EVIDENCE`]'s value: an HMAC proof ([`proof`]).
+pub(crate) const PROOF_V1: &str = "upload-proof-v1";
+/// Target snapshot property: the proof that the snapshot carrying
+/// `upload-id=<id>` is icestage's promotion of that upload ([`proof`]).
+pub const SNAPSHOT_UPLOAD_PROOF: &str = "upload-proof";
 
 /// The properties a seal covers, in order.
 const SEALED: [&str; 5] = [
@@ -96,7 +106,27 @@ fn mac(key: &[u8], props: &HashMap<String, String>) -> Hmac<Sha256> {
         mac.update(&(value.len() as u64).to_be_bytes());
         mac.update(value.as_bytes());
     }
+    // Sealed when present (uploads opened before it existed keep their
+    // seal): removing it breaks the seal as changing it does.
+    if let Some(evidence) = props.get(PROP_EVIDENCE) {
+        mac.update(PROP_EVIDENCE.as_bytes());
+        mac.update(&(evidence.len() as u64).to_be_bytes());
+        mac.update(evidence.as_bytes());
+    }
     mac
+}
+
+/// The proof a target snapshot carries that it promoted upload `id` into
+/// `target`: an HMAC under the catalog's sealing key, which whoever else
+/// commits to the target (another engine, a catalog token) cannot read, so
+/// a snapshot that merely says `upload-id=<id>` proves nothing.
+pub(crate) fn proof(key: &[u8], id: &str, target: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+    for part in ["upload-evidence", id, target] {
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part.as_bytes());
+    }
+    hex::encode(mac.finalize().into_bytes())
 }
 
 /// The seal of `props` (the sealed properties of a new staging table).
@@ -154,6 +184,16 @@ mod tests {
         shifted.insert(PROP_OWNER.to_string(), "t".to_string());
         assert!(broken(key, &shifted).is_some());
         assert!(broken(b"another key", &props).is_some());
+        // The evidence marker is sealed once present: removing it breaks
+        // the seal.
+        let mut marked = props.clone();
+        marked.insert(PROP_EVIDENCE.to_string(), PROOF_V1.to_string());
+        marked.insert(PROP_SEAL.to_string(), seal(key, &marked));
+        assert_eq!(broken(key, &marked), None);
+        marked.remove(PROP_EVIDENCE);
+        assert!(broken(key, &marked).is_some());
+        assert_ne!(proof(key, "a", "s.t"), proof(key, "a", "s.u"));
+        assert_ne!(proof(key, "a", "s.t"), proof(b"another key", "a", "s.t"));
         props.remove(PROP_SEAL);
         assert!(broken(key, &props).unwrap().contains("no 'icestage.seal'"));
     }

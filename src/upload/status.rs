@@ -97,7 +97,7 @@ result_row! {
 /// The record of a live session; `target` is its target table when it
 /// could be loaded (to see whether the promotion committed).
 fn live_record(staging: &Staging, target: Option<&Table>, now: DateTime<Utc>) -> UploadRecord {
-    let evidence = target.and_then(|t| promoted_snapshot(t, &staging.id));
+    let evidence = target.and_then(|t| promoted_snapshot(t, staging));
     // Promoted: what the target's snapshot added (the staging table's own
     // summary is the client's, and some writers leave its totals out);
     // otherwise what the staging table holds.

@@ -296,8 +296,9 @@ async fn verify_bytes(
         Ok(v) if v.reasons.is_empty() && v.violations.values().all(|n| *n == 0) => v,
         other => {
             if copy_first {
+                let location = target.metadata().location();
                 for file in &files {
-                    let _ = io.delete(file.file_path()).await;
+                    crate::catalog::confine::delete_within(&io, file.file_path(), location).await;
                 }
             }
             other?

@@ -383,6 +383,10 @@ pub(super) struct Read {
     findings: Vec<Finding>,
     /// Problems that stop the promotion (drift, mixed partitions).
     reasons: Vec<String>,
+    /// NULLs found in required nested fields (a struct column, a field of
+    /// a struct, a list element, a map key or value), by the field's dotted
+    /// path: counted from the decoded values at every depth.
+    nested_nulls: std::collections::BTreeMap<String, u64>,
 }
 
 impl Read {
@@ -437,6 +441,9 @@ impl Read {
         for (rule, count) in other.violations {
             *self.violations.entry(rule).or_default() += count;
         }
+        for (field, count) in other.nested_nulls {
+            *self.nested_nulls.entry(field).or_default() += count;
+        }
         self.findings.extend(other.findings);
         self.reasons.extend(other.reasons);
     }
@@ -463,6 +470,8 @@ pub(crate) struct Verified {
     pub(crate) findings: Vec<Finding>,
     /// Problems of the files as a whole.
     pub(crate) reasons: Vec<String>,
+    /// NULLs in required nested fields, by dotted path (see [`Read`]).
+    pub(crate) nested_nulls: std::collections::BTreeMap<String, u64>,
 }
 
 /// A file's name without its folders, for findings.
@@ -471,11 +480,32 @@ fn short(path: &str) -> &str {
 }
 
 /// Reads the footer of `path`: its actual size and the Arrow view of it.
+///
+/// The footer's length (the file's last 8 bytes say it) is checked against
+/// [`crate::limits::ReadLimits::footer_bytes`] before the footer is read: a
+/// client's file cannot make verification read or decode more than that.
 pub(super) async fn open(io: &FileIO, path: &str) -> Result<(u64, ArrowReaderMetadata)> {
+    use iceberg::io::FileRead;
     let input = io.new_input(path)?;
     let meta = input.metadata().await?;
     let size = meta.size;
-    let mut reader = ArrowFileReader::new(meta, input.reader().await?);
+    let file = input.reader().await?;
+    if size >= 8 {
+        let tail = file.read(size - 8..size).await?;
+        let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+        let bound = crate::limits::current().footer_bytes;
+        if &tail[4..] == b"PAR1" && footer > bound {
+            return Err(unreadable(
+                path,
+                format!(
+                    "its footer holds {footer} bytes, more than the {} a staged file's footer \
+                     may hold (limits.footer_bytes)",
+                    crate::limits::human(bound)
+                ),
+            ));
+        }
+    }
+    let mut reader = ArrowFileReader::new(meta, file);
     let metadata = ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::new())
         .await
         .map_err(|e| unreadable(path, e))?;
@@ -693,6 +723,20 @@ pub(super) async fn read_chunk(
             if let Some(metrics) = read.columns.get_mut(&field.id) {
                 metrics.add(column, &field.field_type);
             }
+            if !field.field_type.is_primitive() {
+                // A required nested column's own NULLs, then every depth.
+                let valid = valid_rows(column.as_ref(), None);
+                if field.required {
+                    count_nulls(&valid, &field.name, &mut read.nested_nulls);
+                }
+                required_below(
+                    column.as_ref(),
+                    &field.field_type,
+                    &field.name,
+                    &valid,
+                    &mut read.nested_nulls,
+                );
+            }
         }
         position += rows as i64;
         read.rows += rows as u64;
@@ -790,7 +834,18 @@ pub(crate) async fn verify(
         .await?;
     let mut verified = Verified::default();
     let mut chunks = vec![];
-    for (index, (file, (_, footer))) in files.iter().zip(&footers).enumerate() {
+    for (index, (file, (size, footer))) in files.iter().zip(&footers).enumerate() {
+        // Every later reader (rules, scans, the rewrite) reads the file at
+        // the size its manifest claims: it must be the size read here.
+        if file.file_size_in_bytes() != *size {
+            verified.reasons.push(format!(
+                "staged file {} claims {} bytes but holds {size}: the manifest does not describe \
+                 the file; write the rows again",
+                file.file_path(),
+                file.file_size_in_bytes()
+            ));
+            continue;
+        }
         let drift = footer_drift(file.file_path(), footer, &plan);
         if !drift.is_empty() {
             verified.reasons.extend(drift);
@@ -827,6 +882,9 @@ pub(crate) async fn verify(
         }
         verified.findings.append(&mut read.findings);
         verified.reasons.extend(read.reasons.iter().cloned());
+        for (field, count) in std::mem::take(&mut read.nested_nulls) {
+            *verified.nested_nulls.entry(field).or_default() += count;
+        }
         if read.rows == 0 {
             // Nothing to register: an empty file adds no rows.
             continue;
@@ -935,8 +993,9 @@ fn data_file(path: &str, size: u64, read: &Read, plan: &Plan) -> Result<DataFile
         .map_err(|e| Error::invalid(format!("internal: verified data file {path}: {e}")))
 }
 
-/// Columns of the target that must never hold NULL, with their field ids
-/// (top level; nested required fields are checked by Arrow when decoding).
+/// Required fields of the target that staged rows leave NULL: top-level
+/// columns (from the verified null counts) and nested fields at every depth
+/// (counted while decoding, whatever the file's own schema claims).
 pub(crate) fn required_nulls(plan: &Plan, verified: &Verified) -> Vec<String> {
     let mut totals: HashMap<i32, u64> = HashMap::new();
     for file in &verified.files {
@@ -957,7 +1016,121 @@ pub(crate) fn required_nulls(plan: &Plan, verified: &Verified) -> Vec<String> {
                 )
             })
         })
+        .chain(verified.nested_nulls.iter().map(|(field, n)| {
+            format!("field '{field}' is required but {n} staged value(s) hold NULL in it")
+        }))
         .collect()
+}
+
+/// Which of `array`'s rows hold a value: its own validity, and only where
+/// `parent` (the rows that exist at this depth) says so.
+fn valid_rows(array: &dyn Array, parent: Option<&[bool]>) -> Vec<bool> {
+    let nulls = array.logical_nulls();
+    (0..array.len())
+        .map(|row| parent.is_none_or(|p| p[row]) && nulls.as_ref().is_none_or(|n| n.is_valid(row)))
+        .collect()
+}
+
+/// Counts, into `out` under `field`, the rows `valid` says hold NULL.
+fn count_nulls(valid: &[bool], field: &str, out: &mut std::collections::BTreeMap<String, u64>) {
+    let nulls = valid.iter().filter(|v| !**v).count();
+    if nulls > 0 {
+        *out.entry(field.to_string()).or_default() += nulls as u64;
+    }
+}
+
+/// Counts, into `out`, the NULLs of required fields below `array` (of
+/// Iceberg type `kind`, named `path`), among the rows `exists` holds: a
+/// NULL under a NULL parent is no value at all and not counted.
+fn required_below(
+    array: &dyn Array,
+    kind: &Type,
+    path: &str,
+    exists: &[bool],
+    out: &mut std::collections::BTreeMap<String, u64>,
+) {
+    let mut child =
+        |array: &dyn Array, field: &iceberg::spec::NestedField, name: &str, exists: &[bool]| {
+            let here = format!("{path}.{name}");
+            let valid = valid_rows(array, Some(exists));
+            if field.required {
+                let missing: Vec<bool> =
+                    exists.iter().zip(&valid).map(|(e, v)| !*e || *v).collect();
+                count_nulls(&missing, &here, out);
+            }
+            if !field.field_type.is_primitive() {
+                required_below(array, &field.field_type, &here, &valid, out);
+            }
+        };
+    match kind {
+        Type::Struct(fields) => {
+            let Some(array) = array.as_struct_opt() else {
+                return;
+            };
+            for (index, field) in fields.fields().iter().enumerate() {
+                let column = array
+                    .fields()
+                    .iter()
+                    .position(|f| {
+                        f.metadata()
+                            .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+                            .is_some_and(|id| *id == field.id.to_string())
+                    })
+                    .or_else(|| array.fields().iter().position(|f| f.name() == &field.name))
+                    .unwrap_or(index);
+                if let Some(values) = array.columns().get(column) {
+                    child(values.as_ref(), field, &field.name, exists);
+                }
+            }
+        }
+        Type::List(list) => {
+            let (values, ranges): (&ArrayRef, Vec<(usize, usize)>) =
+                if let Some(a) = array.as_list_opt::<i32>() {
+                    (a.values(), offsets(a.value_offsets()))
+                } else if let Some(a) = array.as_list_opt::<i64>() {
+                    (a.values(), offsets(a.value_offsets()))
+                } else {
+                    return;
+                };
+            let inner = spread(exists, &ranges, values.len());
+            child(values.as_ref(), &list.element_field, "element", &inner);
+        }
+        Type::Map(map) => {
+            let Some(array) = array.as_map_opt() else {
+                return;
+            };
+            let inner = spread(
+                exists,
+                &offsets(array.value_offsets()),
+                array.entries().len(),
+            );
+            child(array.keys().as_ref(), &map.key_field, "key", &inner);
+            child(array.values().as_ref(), &map.value_field, "value", &inner);
+        }
+        Type::Primitive(_) => {}
+    }
+}
+
+/// `(start, end)` of each row's values from Arrow offsets.
+fn offsets<O: Copy + TryInto<usize>>(offsets: &[O]) -> Vec<(usize, usize)> {
+    offsets
+        .windows(2)
+        .map(|w| (w[0].try_into().unwrap_or(0), w[1].try_into().unwrap_or(0)))
+        .collect()
+}
+
+/// Which of `len` child values exist: those inside the range of a row that
+/// exists.
+fn spread(exists: &[bool], ranges: &[(usize, usize)], len: usize) -> Vec<bool> {
+    let mut inner = vec![false; len];
+    for ((start, end), row) in ranges.iter().zip(exists) {
+        if *row {
+            for slot in inner.iter_mut().take(*end).skip(*start) {
+                *slot = true;
+            }
+        }
+    }
+    inner
 }
 
 #[cfg(test)]

@@ -117,6 +117,7 @@ fn s3tables_config(moto: &Moto, bucket_arn: &str) -> IcestageConfig {
             kind: "s3tables".into(),
             config,
         }],
+        limits: Default::default(),
     }
 }
 
@@ -386,6 +387,7 @@ async fn pyiceberg_appends_with_vended_credentials_on_an_s3_warehouse() {
             kind: "sql".into(),
             config,
         }],
+        limits: Default::default(),
     };
     let ctx = session(config).await;
     run(&ctx, "CREATE SCHEMA payments").await.unwrap();

@@ -11,6 +11,7 @@ use crate::common::repo;
 /// sessions, operations, use cases, the typed API, front ends, entry points.
 const LAYERS: &[&str] = &[
     "error",
+    "limits",
     "secret",
     "config",
     "rows",

@@ -221,3 +221,231 @@ async fn a_moved_staging_location_is_refused() {
     );
     target_untouched(&ctx).await;
 }
+
+/// `s.n`: `id INT NOT NULL`, a required struct `s` (required `a`,
+/// optional `b`) and an optional list `l` of required elements, created
+/// with the Iceberg API (SQL DDL has no nested NOT NULL).
+async fn nested_target(warehouse: &Warehouse) {
+    use iceberg::spec::{ListType, NestedField, PrimitiveType, Schema, StructType, Type};
+    use iceberg::{NamespaceIdent, TableCreation};
+    let int = || Type::Primitive(PrimitiveType::Int);
+    let catalog = icestage::IcebergCatalog::open(&warehouse.config().catalogs[0])
+        .await
+        .unwrap();
+    let namespace = NamespaceIdent::new("s".to_string());
+    catalog
+        .catalog()
+        .create_namespace(&namespace, Default::default())
+        .await
+        .unwrap();
+    let schema = Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "id", int()).into(),
+            NestedField::required(
+                2,
+                "s",
+                Type::Struct(StructType::new(vec![
+                    NestedField::required(3, "a", int()).into(),
+                    NestedField::optional(4, "b", int()).into(),
+                ])),
+            )
+            .into(),
+            NestedField::optional(
+                5,
+                "l",
+                Type::List(ListType::new(
+                    NestedField::list_element(6, int(), true).into(),
+                )),
+            )
+            .into(),
+        ])
+        .build()
+        .unwrap();
+    let creation = TableCreation::builder()
+        .name("n".to_string())
+        .schema(schema)
+        .build();
+    catalog
+        .catalog()
+        .create_table(&namespace, creation)
+        .await
+        .unwrap();
+}
+
+/// Required-ness holds at every depth, from the decoded values, whatever
+/// the staged file's own schema claims: a NULL struct, a NULL field of a
+/// struct and a NULL list element are each refused by name; optional
+/// fields still take NULLs, and the target reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_fields_are_checked_at_every_depth() {
+    let warehouse = Warehouse::new();
+    nested_target(&warehouse).await;
+    let ctx = warehouse.session().await;
+    for (rows, refusal) in [
+        (
+            r#"[{"id": 1, "s": null, "l": null}]"#,
+            "field 's' is required but 1 staged value(s) hold NULL",
+        ),
+        (
+            r#"[{"id": 2, "s": {"a": null, "b": 5}, "l": [1]}, {"id": 3, "s": {"a": null, "b": null}, "l": null}]"#,
+            "field 's.a' is required but 2 staged value(s) hold NULL",
+        ),
+        (
+            r#"[{"id": 4, "s": {"a": 1, "b": null}, "l": [1, null, 3]}]"#,
+            "field 'l.element' is required but 1 staged value(s) hold NULL",
+        ),
+    ] {
+        let upload = create_upload(&ctx, "s.n").await;
+        hostile(&upload, &["nested-nulls", rows]);
+        let error = promote_error(&ctx, &upload).await;
+        assert!(error.contains(refusal), "{rows}: {error}");
+        assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.n").await, "0");
+    }
+    // NULLs where the target allows them: promoted, and every row reads.
+    let upload = create_upload(&ctx, "s.n").await;
+    hostile(
+        &upload,
+        &[
+            "nested-nulls",
+            r#"[{"id": 5, "s": {"a": 1, "b": null}, "l": null}, {"id": 6, "s": {"a": 2, "b": 3}, "l": [4]}]"#,
+        ],
+    );
+    run(&ctx, &format!("PROMOTE UPLOAD '{}'", upload.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        scalar(&ctx, "SELECT sum(s['a']) || ':' || count(l) FROM s.n").await,
+        "3:1"
+    );
+}
+
+/// Every later reader (rules, scans, the rewrite path) reads a staged file
+/// at the size its manifest claims, so a claim that differs from the
+/// stored size (the two-footer trick) is refused, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_size_that_is_not_the_stored_one_is_refused() {
+    for delta in ["-1", "100"] {
+        let warehouse = Warehouse::new();
+        let ctx = warehouse.session().await;
+        let upload = target(&ctx).await;
+        let file = hostile(&upload, &["claimed-size", delta]);
+        let file: serde_json::Value = serde_json::from_str(file.trim()).unwrap();
+        let error = promote_error(&ctx, &upload).await;
+        assert!(
+            error.contains(&format!(
+                "staged file {} claims {} bytes but holds",
+                file["file"].as_str().unwrap(),
+                file["claimed"]
+            )),
+            "{error}"
+        );
+        target_untouched(&ctx).await;
+    }
+}
+
+/// A symbolic link under the staging table's folder names whatever it
+/// points at: it is outside, is neither promoted nor followed by the
+/// clean-up, and the file it points at stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_under_the_staging_folder_is_outside_it() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let upload = target(&ctx).await;
+    run(
+        &ctx,
+        "CREATE TABLE s.secret (id INT NOT NULL, amount INT NOT NULL)",
+    )
+    .await
+    .unwrap();
+    run(&ctx, "INSERT INTO s.secret VALUES (7, 700)")
+        .await
+        .unwrap();
+    let data = warehouse.path().join("s").join("secret").join("data");
+    let secret = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .expect("a data file of s.secret");
+    let linked = hostile(&upload, &["linked-file", &secret.display().to_string()]);
+    let linked: serde_json::Value = serde_json::from_str(linked.trim()).unwrap();
+    let error = promote_error(&ctx, &upload).await;
+    assert!(error.contains("which is outside its location"), "{error}");
+    assert!(error.contains(linked["file"].as_str().unwrap()), "{error}");
+    target_untouched(&ctx).await;
+    run(&ctx, &format!("ABORT UPLOAD '{}'", upload.id))
+        .await
+        .unwrap();
+    assert!(secret.exists(), "the clean-up followed the link");
+    assert_eq!(
+        scalar(&ctx, "SELECT sum(amount) FROM s.secret").await,
+        "700"
+    );
+}
+
+/// The exactly-once evidence is bound to the upload: a snapshot another
+/// writer adds to the target claiming `upload-id=<id>` is ignored (and
+/// said), and the upload's rows still land, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_evidence_does_not_drop_an_uploads_rows() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let upload = target(&ctx).await;
+    run(
+        &ctx,
+        &format!(
+            "INSERT INTO {} VALUES (2, 20), (3, 30)",
+            upload.staging_table
+        ),
+    )
+    .await
+    .unwrap();
+    hostile(&upload, &["forge-evidence", "s.t", &upload.id]);
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "2");
+    let promoted = run(&ctx, &format!("PROMOTE UPLOAD '{}'", upload.id))
+        .await
+        .unwrap();
+    assert_eq!(crate::common::value(&promoted, "rows"), "2");
+    let message = crate::common::value(&promoted, "message");
+    assert!(
+        message.contains("ignored 1 snapshot(s) of s.t that claim upload-id="),
+        "{message}"
+    );
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "4");
+    // Run again: the real evidence answers, nothing more lands.
+    let again = run(&ctx, &format!("PROMOTE UPLOAD '{}'", upload.id))
+        .await
+        .unwrap();
+    assert!(
+        crate::common::value(&again, "message").contains("already promoted"),
+        "{}",
+        crate::common::value(&again, "message")
+    );
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM s.t").await, "4");
+}
+
+/// A client that can write its staging table's folder rewrites the current
+/// metadata file in place (a log entry naming an outside file, properties
+/// asking for old files to be deleted): the upload is refused as tampered,
+/// and the outside file stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_rewritten_in_place_is_found_out() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let upload = target(&ctx).await;
+    run(
+        &ctx,
+        &format!("INSERT INTO {} VALUES (2, 20)", upload.staging_table),
+    )
+    .await
+    .unwrap();
+    let outside = warehouse.path().join("outside.txt");
+    std::fs::write(&outside, "keep me").unwrap();
+    hostile(
+        &upload,
+        &["rewrite-metadata", &format!("file://{}", outside.display())],
+    );
+    let error = promote_error(&ctx, &upload).await;
+    assert!(error.contains("a client rewrote it in place"), "{error}");
+    assert!(outside.exists(), "a file outside the table was deleted");
+    target_untouched(&ctx).await;
+}

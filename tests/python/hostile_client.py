@@ -15,6 +15,21 @@ Each sub-command does one thing to the staging table and prints JSON:
         with more rows than the manifest says
     hostile_client.py set-property  CONNECTION STAGING KEY VALUE
     hostile_client.py relocate      CONNECTION STAGING LOCATION
+    hostile_client.py nested-nulls  CONNECTION STAGING ROWS_JSON
+        a file whose schema makes every field optional at every depth,
+        holding ROWS_JSON (NULLs where the table requires values)
+    hostile_client.py claimed-size  CONNECTION STAGING DELTA
+        an honest file whose manifest claims its size plus DELTA bytes
+    hostile_client.py forge-evidence CONNECTION STAGING TARGET UPLOAD_ID
+        appends a row to TARGET (as any writer that reaches it can) in a
+        snapshot whose summary claims upload-id=UPLOAD_ID
+    hostile_client.py rewrite-metadata CONNECTION STAGING PATH
+        rewrites the staging table's current metadata file in place (as a
+        client that can write its folder can): a metadata-log entry naming
+        PATH, and properties that ask for old metadata files to be deleted
+    hostile_client.py linked-file   CONNECTION STAGING PATH
+        a symbolic link under the staging table's data folder to PATH
+        (another table's file), registered as a staged file
 """
 
 import json
@@ -104,6 +119,76 @@ def replace_bytes(connection: str, staging: str, mode: str) -> None:
     print(json.dumps({"file": path}))
 
 
+def relaxed(kind: pa.DataType) -> pa.DataType:
+    """`kind` with every nested field nullable, field ids kept."""
+    if pa.types.is_struct(kind):
+        return pa.struct([
+            pa.field(f.name, relaxed(f.type), nullable=True, metadata=f.metadata) for f in kind
+        ])
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        item = kind.value_field
+        make = pa.list_ if pa.types.is_list(kind) else pa.large_list
+        return make(pa.field(item.name, relaxed(item.type), nullable=True, metadata=item.metadata))
+    return kind
+
+
+def nested_nulls(connection: str, staging: str, rows: str) -> None:
+    t = catalog(connection).load_table(staging)
+    schema = pa.schema([
+        pa.field(f.name, relaxed(f.type), nullable=True, metadata=f.metadata)
+        for f in t.schema().as_arrow()
+    ])
+    path = f"{t.location()}/data/hostile-{uuid.uuid4().hex}.parquet"
+    with t.io.new_output(path).create() as out:
+        pq.write_table(pa.Table.from_pylist(json.loads(rows), schema=schema), out)
+    register(t, data_file(t, path))
+    print(json.dumps({"file": path}))
+
+
+def claimed_size(connection: str, staging: str, delta: str) -> None:
+    t = catalog(connection).load_table(staging)
+    path = write_file(t, [sample_row(t) for _ in range(3)])
+    data = data_file(t, path)
+    # DataFile's fields are read-only properties over a record; position 5
+    # is file_size_in_bytes (checked, so a reordering fails loudly).
+    assert data[5] == data.file_size_in_bytes
+    data[5] = data.file_size_in_bytes + int(delta)
+    register(t, data)
+    print(json.dumps({"file": path, "claimed": data.file_size_in_bytes}))
+
+
+def linked_file(connection: str, staging: str, target: str) -> None:
+    import os
+    t = catalog(connection).load_table(staging)
+    path = f"{t.location()}/data/linked-{uuid.uuid4().hex}.parquet"
+    local = path.removeprefix("file://")
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    os.symlink(target.removeprefix("file://"), local)
+    register(t, data_file(t, path))
+    print(json.dumps({"file": path}))
+
+
+def forge_evidence(connection: str, staging: str, target: str, upload_id: str) -> None:
+    t = catalog(connection).load_table(target)
+    row = pa.Table.from_pylist([sample_row(t)], schema=t.schema().as_arrow())
+    t.append(row, snapshot_properties={"upload-id": upload_id})
+    print(json.dumps({"forged": upload_id}))
+
+
+def rewrite_metadata(connection: str, staging: str, outside: str) -> None:
+    t = catalog(connection).load_table(staging)
+    local = t.metadata_location.removeprefix("file://")
+    with open(local) as f:
+        metadata = json.load(f)
+    metadata.setdefault("metadata-log", []).insert(
+        0, {"metadata-file": outside, "timestamp-ms": 1})
+    metadata["properties"]["write.metadata.delete-after-commit.enabled"] = "true"
+    metadata["properties"]["write.metadata.previous-versions-max"] = "1"
+    with open(local, "w") as f:
+        json.dump(metadata, f)
+    print(json.dumps({"rewritten": t.metadata_location}))
+
+
 def set_property(connection: str, staging: str, key: str, value: str) -> None:
     t = catalog(connection).load_table(staging)
     with t.transaction() as tx:
@@ -130,4 +215,9 @@ if __name__ == "__main__":
         "replace-bytes": replace_bytes,
         "set-property": set_property,
         "relocate": relocate,
+        "nested-nulls": nested_nulls,
+        "claimed-size": claimed_size,
+        "linked-file": linked_file,
+        "forge-evidence": forge_evidence,
+        "rewrite-metadata": rewrite_metadata,
     }[command](*args)

@@ -6,6 +6,7 @@
 mod load;
 mod pipes;
 mod processes;
+mod red_team;
 mod rest_backend;
 mod router;
 mod soak;

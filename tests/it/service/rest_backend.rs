@@ -38,6 +38,7 @@ async fn lake_session(service: &Service, token: &str) -> icestage::Result<Sessio
                     ("token".to_string(), token.to_string()),
                 ]),
             }],
+            limits: Default::default(),
         },
     )
     .await?;
