@@ -28,6 +28,12 @@ fi
 echo "==> cargo test --features cluster (target dir: $CARGO_TARGET_DIR)"
 cargo test --locked --features cluster "$@"
 
+# The parser fuzz harness, briefly: every target runs FUZZ_SECONDS (default
+# 10) on fresh mutations of its seeds; a panic fails the run and saves the
+# input under fuzz/findings/ (see fuzz/main.rs).
+echo "==> fuzz/run.sh ${FUZZ_SECONDS:-10}"
+./fuzz/run.sh "${FUZZ_SECONDS:-10}"
+
 # The default build (no cluster) must keep compiling: its code paths
 # answer a cluster setting with how to get the feature.
 echo "==> cargo check (default features)"

@@ -13,6 +13,8 @@ mod download;
 mod error;
 mod expiry;
 mod functions;
+#[doc(hidden)]
+pub mod fuzz;
 mod ingest;
 pub mod limits;
 mod pipe;

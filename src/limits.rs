@@ -5,7 +5,7 @@
 //! and decompressed only up to its inflation bound: a file past either is
 //! an error that names it and the bound, never memory or disk spent on it.
 //! The bounds are process-wide (the reads happen deep inside catalog code
-//! that has no session at hand): [`install`] sets them from the `[limits]`
+//! that has no session at hand): `register` sets them from the `[limits]`
 //! table of a catalog or service configuration, before any read.
 
 use std::sync::RwLock;

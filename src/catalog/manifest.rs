@@ -108,9 +108,25 @@ pub(crate) async fn load_list(
     location: &str,
 ) -> Result<ManifestList> {
     let path = snapshot.manifest_list();
-    let bytes = read_avro(table.file_io(), path, location, "manifest list").await?;
-    let version = table.metadata().format_version();
-    unpanicked(path, || ManifestList::parse_with_version(&bytes, version))
+    let bytes = read_confined(table.file_io(), path, location, "manifest list").await?;
+    decode_list(&bytes, table.metadata().format_version(), path)
+}
+
+/// A manifest list's `bytes` (from `path`) decoded: the container checked
+/// ([`check_container`]), then parsed so that a panic is an error.
+pub(crate) fn decode_list(
+    bytes: &[u8],
+    version: FormatVersion,
+    path: &str,
+) -> Result<ManifestList> {
+    checked(bytes, path, "manifest list")?;
+    unpanicked(path, || ManifestList::parse_with_version(bytes, version))
+}
+
+/// A manifest's `bytes` (from `path`) decoded as [`decode_list`] does.
+pub(crate) fn decode_manifest(bytes: &[u8], path: &str) -> Result<Manifest> {
+    checked(bytes, path, "manifest")?;
+    parse_manifest(bytes, path)
 }
 
 /// The manifest `file` of `table`, read as a client's file under
@@ -179,13 +195,18 @@ async fn read_avro(
     what: &str,
 ) -> Result<bytes::Bytes> {
     let bytes = read_confined(io, path, location, what).await?;
+    checked(&bytes, path, what)?;
+    Ok(bytes)
+}
+
+/// [`check_container`] with the bound in force, as an error naming `path`.
+fn checked(bytes: &[u8], path: &str, what: &str) -> Result<()> {
     let bound = limits::current().metadata_inflated_bytes;
-    check_container(&bytes, bound).map_err(|why| {
+    check_container(bytes, bound).map_err(|why| {
         Error::invalid(format!(
             "{what} '{path}' cannot be read: {why}; write it again with an Iceberg writer"
         ))
-    })?;
-    Ok(bytes)
+    })
 }
 
 fn parse_manifest(bytes: &[u8], path: &str) -> Result<Manifest> {

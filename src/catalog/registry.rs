@@ -98,7 +98,7 @@ impl Icestage {
             })
     }
 
-    /// The icestage service of a session that [`register`] set up.
+    /// The icestage service of a session that [`crate::register`] set up.
     pub fn from_config(config: &SessionConfig) -> Result<Arc<Self>> {
         config.get_extension::<Self>().ok_or_else(|| {
             Error::Config(

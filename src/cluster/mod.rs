@@ -2,9 +2,9 @@
 //! COPY INTO run on an Apache DataFusion Ballista cluster when
 //! `icestage.cluster` names one (`SET icestage.cluster = 'df://HOST:PORT'`).
 //!
-//! What travels: Iceberg tables as recipes ([`recipe`]) that executors scan,
+//! What travels: Iceberg tables as recipes (`recipe`) that executors scan,
 //! join and aggregate; writes of a query's rows as new data files
-//! ([`write`]); and jobs ([`job`]), work that is not a query, which the
+//! (`write`); and jobs (`job`), work that is not a query, which the
 //! layers above define (verifying an upload's files, loading a prefix's).
 //! Executors only read and write data files and answer their descriptions;
 //! the coordinator commits through the same exactly-once path as a local

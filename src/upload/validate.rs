@@ -91,7 +91,7 @@ impl Validation {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Verify {
     /// Read every staged file: schema, NULLs, rules and metrics from the
-    /// bytes ([`super::verify`]). The default, and what the service uses.
+    /// bytes (the `verify` step). The default, and what the service uses.
     #[default]
     Bytes,
     /// Trust the staging table's manifests (null counts, bounds): only for

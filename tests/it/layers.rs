@@ -34,6 +34,7 @@ const LAYERS: &[&str] = &[
     "context",
     "service",
     "processes",
+    "fuzz",
 ];
 
 /// The `crate::<module>` names in `text`, test modules left out.

@@ -8,6 +8,7 @@ mod common;
 mod downloads;
 mod embedding;
 mod exactly_once;
+mod fuzz;
 mod ingest;
 mod insert;
 mod layers;
