@@ -101,7 +101,10 @@ impl<K: std::hash::Hash + Eq + Clone, V> Lru<K, V> {
 #[derive(Debug)]
 pub(crate) struct KeptTables {
     pointers: PointerStore,
-    kept: Mutex<Lru<TableIdent, Table>>,
+    /// Each table, and whether its metadata is known to be what icestage
+    /// committed (its own commit, or a file checked since it was parsed:
+    /// [`KeptTables::vouch`]).
+    kept: Mutex<Lru<TableIdent, (Table, bool)>>,
 }
 
 impl KeptTables {
@@ -113,7 +116,7 @@ impl KeptTables {
         }
     }
 
-    fn kept(&self) -> std::sync::MutexGuard<'_, Lru<TableIdent, Table>> {
+    fn kept(&self) -> std::sync::MutexGuard<'_, Lru<TableIdent, (Table, bool)>> {
         self.kept.lock().expect("kept tables")
     }
 
@@ -125,21 +128,46 @@ impl KeptTables {
             && let Some(kept) = self
                 .kept()
                 .get(table)
-                .filter(|kept| kept.metadata_location() == Some(location.as_str()))
-                .cloned()
+                .filter(|(kept, _)| kept.metadata_location() == Some(location.as_str()))
+                .map(|(kept, _)| kept.clone())
         {
             return Ok(kept);
         }
         let loaded = inner.load_table(table).await?;
-        self.keep(loaded.clone());
+        // Parsed from a file: not vouched for until checked.
+        self.kept()
+            .put(loaded.identifier().clone(), (loaded.clone(), false));
         Ok(loaded)
     }
 
     /// Keeps `table` as a commit of this process left it: the next load
     /// hands it out while the pointer names its metadata file, instead of
-    /// reading back what the commit just wrote.
+    /// reading back what the commit just wrote (which is icestage's own).
     pub(crate) fn keep(&self, table: Table) {
-        self.kept().put(table.identifier().clone(), table);
+        self.kept().put(table.identifier().clone(), (table, true));
+    }
+
+    /// Whether `table`, as kept, is known to hold the metadata icestage
+    /// committed at its location.
+    pub(crate) fn vouched(&self, table: &Table) -> bool {
+        self.kept()
+            .get(table.identifier())
+            .is_some_and(|(kept, sound)| {
+                *sound && kept.metadata_location() == table.metadata_location()
+            })
+    }
+
+    /// Records that `table`'s metadata file was checked and holds what
+    /// icestage committed; the kept table is that parse when it is at the
+    /// same location.
+    pub(crate) fn vouch(&self, table: &Table) {
+        let mut kept = self.kept();
+        if let Some((at, _)) = kept.get(table.identifier())
+            && at.metadata_location() == table.metadata_location()
+        {
+            let at = at.clone();
+            kept.put(table.identifier().clone(), (at, true));
+        }
     }
 
     /// Lets go of `table` (dropped, renamed, replaced).

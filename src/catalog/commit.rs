@@ -103,22 +103,22 @@ impl Evidence {
     /// The first snapshot of `table` that carries this evidence, proof
     /// included.
     pub(crate) fn found_in(&self, table: &Table) -> Option<i64> {
-        table
-            .metadata()
-            .snapshots()
-            .find(|s| self.claimed(&s.summary().additional_properties) == (true, true))
-            .map(|s| s.snapshot_id())
+        self.claims(table, true).next()
     }
 
     /// The snapshots of `table` that claim this evidence without its proof:
     /// another writer's forgery, ignored.
     pub(crate) fn forged_in(&self, table: &Table) -> Vec<i64> {
+        self.claims(table, false).collect()
+    }
+
+    /// The snapshots of `table` that claim this evidence, `proven` or not.
+    fn claims<'a>(&'a self, table: &'a Table, proven: bool) -> impl Iterator<Item = i64> + 'a {
         table
             .metadata()
             .snapshots()
-            .filter(|s| self.claimed(&s.summary().additional_properties) == (true, false))
+            .filter(move |s| self.claimed(&s.summary().additional_properties) == (true, proven))
             .map(|s| s.snapshot_id())
-            .collect()
     }
 }
 

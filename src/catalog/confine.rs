@@ -125,17 +125,30 @@ pub(crate) async fn read_confined(
              the table's location"
         )));
     }
+    read_bounded(io, path).await?.map_err(|(size, bound)| {
+        Error::invalid(format!(
+            "{what} '{path}' holds {size} bytes, more than the {} a metadata file may hold \
+                 (limits.metadata_bytes): write smaller manifests",
+            limits::human(bound)
+        ))
+    })
+}
+
+/// The bytes of `path`, when its stored size is within
+/// [`limits::ReadLimits::metadata_bytes`]; otherwise its size and the
+/// bound. Only the stored length is read, even if the file grows meanwhile.
+pub(crate) async fn read_bounded(
+    io: &FileIO,
+    path: &str,
+) -> Result<std::result::Result<bytes::Bytes, (u64, u64)>> {
+    use iceberg::io::FileRead;
     let input = io.new_input(path)?;
     let size = input.metadata().await?.size;
     let bound = limits::current().metadata_bytes;
     if size > bound {
-        return Err(Error::invalid(format!(
-            "{what} '{path}' holds {size} bytes, more than the {} a metadata file may hold \
-             (limits.metadata_bytes): write smaller manifests",
-            limits::human(bound)
-        )));
+        return Ok(Err((size, bound)));
     }
-    Ok(input.read().await?)
+    Ok(Ok(input.reader().await?.read(0..size).await?))
 }
 
 /// Table properties that move where a writer puts files.
@@ -235,7 +248,11 @@ pub(crate) fn metadata_paths(table: &Table) -> Vec<String> {
 pub(crate) async fn delete_confined(table: &Table, location: &str, removal: Removal) -> Result<()> {
     let io: &FileIO = table.file_io();
     if removal == Removal::Location {
-        if canonical(location).is_some() && !through_link(location, location) {
+        // The folder itself replaced by a link would name another folder.
+        let linked = local(location).is_some_and(|folder| {
+            std::fs::symlink_metadata(folder).is_ok_and(|m| m.file_type().is_symlink())
+        });
+        if canonical(location).is_some() && !linked {
             let _ = io.delete_prefix(location.trim_end_matches('/')).await;
         }
         return Ok(());

@@ -400,6 +400,28 @@ impl IcebergCatalog {
         &self.seal_key
     }
 
+    /// Why `table`'s current metadata file is not the one icestage
+    /// committed, if it is not ([`pointer::rewritten`]). A table this
+    /// process committed, or whose file it checked since parsing it, is not
+    /// read again: what it parsed stays what it parsed (a table parsed from
+    /// its file again is checked again).
+    pub(crate) async fn metadata_rewritten(&self, table: &Table) -> Result<Option<String>> {
+        let kept = self.scoped.kept_tables();
+        if kept.is_some_and(|kept| kept.vouched(table)) {
+            return Ok(None);
+        }
+        let Some(path) = table.metadata_location() else {
+            return Ok(None);
+        };
+        let rewritten = pointer::rewritten(table.file_io(), path).await?;
+        if rewritten.is_none()
+            && let Some(kept) = kept
+        {
+            kept.vouch(table);
+        }
+        Ok(rewritten)
+    }
+
     /// This catalog as commits that must land on exactly the version they
     /// loaded see it ([`scoped::ScopedCatalog::exact`]).
     pub(crate) fn exact(&self) -> scoped::ScopedCatalog {

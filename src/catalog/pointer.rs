@@ -364,17 +364,22 @@ pub(crate) async fn rewritten(
     else {
         return Ok(None);
     };
-    let input = io.new_input(path)?;
-    let size = input.metadata().await?.size;
-    let bound = crate::limits::current().metadata_bytes;
-    if size > bound {
-        return Ok(Some(format!(
-            "its metadata file {path} holds {size} bytes, more than the {} icestage wrote at \
-             most (limits.metadata_bytes): it was rewritten in place",
-            crate::limits::human(bound)
-        )));
-    }
-    let bytes = input.read().await?;
+    let bytes = match super::confine::read_bounded(io, path).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err((size, bound))) => {
+            return Ok(Some(format!(
+                "its metadata file {path} holds {size} bytes, more than the {} icestage writes \
+                 at most (limits.metadata_bytes): it was rewritten in place",
+                crate::limits::human(bound)
+            )));
+        }
+        Err(e) => {
+            return Err(iceberg::Error::new(
+                ErrorKind::Unexpected,
+                format!("cannot read {path}: {e}"),
+            ));
+        }
+    };
     Ok((content_id(&bytes) != id).then(|| {
         format!(
             "its metadata file {path} is not the one icestage committed (its content changed \

@@ -72,6 +72,11 @@ pub(crate) struct ScopedCatalog {
 }
 
 impl ScopedCatalog {
+    /// The tables kept, with [`Self::keeping_tables`].
+    pub(crate) fn kept_tables(&self) -> Option<&Arc<KeptTables>> {
+        self.kept.as_ref()
+    }
+
     /// Delegates everything to `inner`.
     pub(crate) fn new(inner: Arc<dyn Catalog>) -> Self {
         Self {

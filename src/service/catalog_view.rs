@@ -412,6 +412,24 @@ operations = ["catalog"]
         format!("http://{address}/iceberg")
     }
 
+    /// Sends `method path` with `body` to the REST catalog at `uri` with the
+    /// token `lake`; the status and the body's text.
+    async fn send(
+        uri: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, String) {
+        let mut request = reqwest::Client::new()
+            .request(method, format!("{uri}/v1/{path}"))
+            .bearer_auth("sk_lake");
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
     async fn rest_catalog(uri: &str) -> IcebergCatalog {
         IcebergCatalog::open(&CatalogConfig {
             name: "lake".to_string(),
@@ -511,19 +529,7 @@ operations = ["catalog"]
     async fn a_catalog_token_cannot_make_the_service_delete_outside_its_table() {
         let dir = tempfile::tempdir().unwrap();
         let uri = serve(dir.path(), r#"["sandbox.*"]"#).await;
-        let http = reqwest::Client::new();
-        let send = |method: reqwest::Method, path: &str, body: Option<serde_json::Value>| {
-            let mut request = http
-                .request(method, format!("{uri}/v1/{path}"))
-                .bearer_auth("sk_lake");
-            if let Some(body) = body {
-                request = request.json(&body);
-            }
-            async move {
-                let response = request.send().await.unwrap();
-                (response.status().as_u16(), response.text().await.unwrap())
-            }
-        };
+        let send = |method, path: &'static str, body| send(&uri, method, path, body);
         use reqwest::Method;
         let (status, body) = send(
             Method::POST,
@@ -625,21 +631,7 @@ operations = ["catalog"]
     async fn the_catalog_view_answers_by_the_protocol() {
         let dir = tempfile::tempdir().unwrap();
         let uri = serve(dir.path(), r#"["s.*", "x.only"]"#).await;
-        let http = reqwest::Client::new();
-        let call = |method: reqwest::Method, path: &str, body: Option<serde_json::Value>| {
-            let mut request = http
-                .request(method, format!("{uri}/v1/{path}"))
-                .bearer_auth("sk_lake");
-            if let Some(body) = body {
-                request = request.json(&body);
-            }
-            async move {
-                let response = request.send().await.unwrap();
-                let status = response.status().as_u16();
-                let text = response.text().await.unwrap();
-                (status, text)
-            }
-        };
+        let call = |method, path: &'static str, body| send(&uri, method, path, body);
         let schema = serde_json::json!({"type": "struct", "schema-id": 0, "fields": [
             {"id": 1, "name": "id", "required": true, "type": "long"}]});
         let create = |name: &str| serde_json::json!({"name": name, "schema": schema});

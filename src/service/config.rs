@@ -257,6 +257,28 @@ impl ServiceConfig {
 mod tests {
     use super::*;
 
+    /// The example configuration parses, and its commented `[limits]`
+    /// table, uncommented, gives the bounds it documents (the defaults).
+    #[test]
+    fn the_example_configuration_and_its_limits_parse() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/examples/service.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let plain = ServiceConfig::from_toml_str(&text).unwrap();
+        assert_eq!(plain.limits, crate::limits::ReadLimits::default());
+        let limits = text
+            .split("# [limits]")
+            .nth(1)
+            .expect("a [limits] example")
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .map(|l| l.split('#').next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let uncommented = format!("{text}\n[limits]\n{limits}");
+        let config = ServiceConfig::from_toml_str(&uncommented).unwrap();
+        assert_eq!(config.limits, crate::limits::ReadLimits::default());
+    }
+
     #[test]
     fn a_token_reaches_its_tables_by_name_namespace_or_all() {
         let token = |tables: &[&str]| TokenSettings {

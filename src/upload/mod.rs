@@ -256,13 +256,10 @@ impl Staging {
         let mut staging = Self::from_table(catalog, table)?;
         let props = staging.table.metadata().properties();
         staging.tampered = seal::broken(&key, props);
-        if staging.tampered.is_none()
-            && let Some(path) = staging.table.metadata_location()
-        {
+        if staging.tampered.is_none() {
             // The metadata icestage committed, not a copy rewritten in place
             // by a client that can write the table's folder.
-            staging.tampered =
-                crate::catalog::pointer::rewritten(staging.table.file_io(), path).await?;
+            staging.tampered = staging.catalog.metadata_rewritten(&staging.table).await?;
         }
         let props = staging.table.metadata().properties();
         if props.contains_key(seal::PROP_EVIDENCE) {

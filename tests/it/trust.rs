@@ -101,27 +101,32 @@ async fn a_check_violation_hidden_behind_false_bounds_is_found_in_the_bytes() {
     assert_eq!(values, r#"{"amount":"-5"}"#);
 }
 
+/// `s.secret`, another table holding one row (7, 700): its data file.
+async fn secret_file(ctx: &SessionContext, warehouse: &Warehouse) -> std::path::PathBuf {
+    run(
+        ctx,
+        "CREATE TABLE s.secret (id INT NOT NULL, amount INT NOT NULL)",
+    )
+    .await
+    .unwrap();
+    run(ctx, "INSERT INTO s.secret VALUES (7, 700)")
+        .await
+        .unwrap();
+    let data = warehouse.path().join("s").join("secret").join("data");
+    std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .expect("a data file of s.secret")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_tables_file_is_neither_promoted_nor_deleted() {
     let warehouse = Warehouse::new();
     let ctx = warehouse.session().await;
     let upload = target(&ctx).await;
     // A data file of another table, which the client must not reach.
-    run(
-        &ctx,
-        "CREATE TABLE s.secret (id INT NOT NULL, amount INT NOT NULL)",
-    )
-    .await
-    .unwrap();
-    run(&ctx, "INSERT INTO s.secret VALUES (7, 700)")
-        .await
-        .unwrap();
-    let data = warehouse.path().join("s").join("secret").join("data");
-    let secret = std::fs::read_dir(&data)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .expect("a data file of s.secret");
+    let secret = secret_file(&ctx, &warehouse).await;
     let secret_file = secret.display().to_string();
     let secret = secret.as_path();
 
@@ -351,21 +356,7 @@ async fn a_link_under_the_staging_folder_is_outside_it() {
     let warehouse = Warehouse::new();
     let ctx = warehouse.session().await;
     let upload = target(&ctx).await;
-    run(
-        &ctx,
-        "CREATE TABLE s.secret (id INT NOT NULL, amount INT NOT NULL)",
-    )
-    .await
-    .unwrap();
-    run(&ctx, "INSERT INTO s.secret VALUES (7, 700)")
-        .await
-        .unwrap();
-    let data = warehouse.path().join("s").join("secret").join("data");
-    let secret = std::fs::read_dir(&data)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .expect("a data file of s.secret");
+    let secret = secret_file(&ctx, &warehouse).await;
     let linked = hostile(&upload, &["linked-file", &secret.display().to_string()]);
     let linked: serde_json::Value = serde_json::from_str(linked.trim()).unwrap();
     let error = promote_error(&ctx, &upload).await;
@@ -425,8 +416,10 @@ async fn forged_evidence_does_not_drop_an_uploads_rows() {
 
 /// A client that can write its staging table's folder rewrites the current
 /// metadata file in place (a log entry naming an outside file, properties
-/// asking for old files to be deleted): the upload is refused as tampered,
-/// and the outside file stays.
+/// asking for old files to be deleted). The process that committed that
+/// version keeps its own parse and never reads the rewrite; any other (a
+/// replica, a restarted service) reads the file, finds it is not what was
+/// committed, and refuses the upload as tampered. The outside file stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_rewritten_in_place_is_found_out() {
     let warehouse = Warehouse::new();
@@ -444,8 +437,9 @@ async fn metadata_rewritten_in_place_is_found_out() {
         &upload,
         &["rewrite-metadata", &format!("file://{}", outside.display())],
     );
-    let error = promote_error(&ctx, &upload).await;
+    let replica = warehouse.session().await;
+    let error = promote_error(&replica, &upload).await;
     assert!(error.contains("a client rewrote it in place"), "{error}");
     assert!(outside.exists(), "a file outside the table was deleted");
-    target_untouched(&ctx).await;
+    target_untouched(&replica).await;
 }

@@ -66,41 +66,14 @@ async fn open(app: &axum::Router) -> (String, String, String) {
     )
 }
 
-/// An Avro object container with one block of `block` bytes, compressed
-/// with `codec`.
-fn container(codec: &str, block: &[u8]) -> Vec<u8> {
-    fn long(out: &mut Vec<u8>, value: i64) {
-        let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
-        loop {
-            let byte = (zigzag & 0x7f) as u8;
-            zigzag >>= 7;
-            if zigzag == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    fn bytes(out: &mut Vec<u8>, value: &[u8]) {
-        long(out, value.len() as i64);
-        out.extend_from_slice(value);
-    }
-    let mut out = b"Obj\x01".to_vec();
-    long(&mut out, 2);
-    bytes(&mut out, b"avro.schema");
-    bytes(
-        &mut out,
-        br#"{"type": "record", "name": "r", "fields": []}"#,
-    );
-    bytes(&mut out, b"avro.codec");
-    bytes(&mut out, codec.as_bytes());
-    long(&mut out, 0);
-    let sync = [7u8; 16];
-    out.extend_from_slice(&sync);
-    long(&mut out, 1);
-    bytes(&mut out, block);
-    out.extend_from_slice(&sync);
-    out
+/// A file the fuzz harness keeps (`fuzz/regressions/manifest-list/`).
+fn regression(name: &str) -> Vec<u8> {
+    std::fs::read(
+        crate::common::repo()
+            .join("fuzz/regressions/manifest-list")
+            .join(name),
+    )
+    .unwrap()
 }
 
 /// A commit that appends a snapshot whose manifest list is `list`.
@@ -139,15 +112,8 @@ async fn a_sessions_commit_is_read_confined_and_bounded() {
     };
 
     // 300 MiB of zeros in a few kB of zstd: stopped at the 256 MiB bound.
-    let mut bomb = vec![];
-    zstd::stream::copy_encode(
-        std::io::Read::take(std::io::repeat(0), 300 << 20),
-        &mut bomb,
-        3,
-    )
-    .unwrap();
     let file = location.join("bomb.avro");
-    std::fs::write(&file, container("zstandard", &bomb)).unwrap();
+    std::fs::write(&file, regression("zstd-block-inflating-to-300-mib.bin")).unwrap();
     let (status, answer) = commit(format!("file://{}", file.display())).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap_or_default();
@@ -158,7 +124,11 @@ async fn a_sessions_commit_is_read_confined_and_bounded() {
 
     // A snappy block too short to hold its checksum: an answer, not a panic.
     let file = location.join("short.avro");
-    std::fs::write(&file, container("snappy", &[0, 0])).unwrap();
+    std::fs::write(
+        &file,
+        regression("snappy-block-shorter-than-its-checksum.bin"),
+    )
+    .unwrap();
     let (status, answer) = commit(format!("file://{}", file.display())).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     assert!(
