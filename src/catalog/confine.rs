@@ -8,13 +8,10 @@
 //! gave at creation), never the one its metadata claims: a client may have
 //! written the metadata.
 
-use std::collections::HashSet;
-
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 
-use super::Removal;
 use crate::error::{Error, Result};
 use crate::limits;
 
@@ -66,7 +63,7 @@ pub(crate) fn is_under(path: &str, location: &str) -> bool {
 
 /// The local file system path of `path` (`file://` or absolute), `None`
 /// for an object store's.
-fn local(path: &str) -> Option<&str> {
+pub(crate) fn local(path: &str) -> Option<&str> {
     match path.split_once("://") {
         Some(("file", rest)) => Some(rest),
         Some(_) => None,
@@ -236,58 +233,6 @@ pub(crate) fn metadata_paths(table: &Table) -> Vec<String> {
             .map(|s| s.statistics_path.clone()),
     );
     paths
-}
-
-/// Deletes `table`'s files that lie under `location`: its metadata files
-/// (metadata log, manifest lists, manifests) and, with
-/// [`Removal::Everything`], its data files. Paths outside `location` are
-/// never touched, whatever the metadata says, and with
-/// [`Removal::MetadataOnly`] no path a manifest names as a data file is
-/// deleted (the target references them). Best effort: a file that is already
-/// gone is fine.
-pub(crate) async fn delete_confined(table: &Table, location: &str, removal: Removal) -> Result<()> {
-    let io: &FileIO = table.file_io();
-    if removal == Removal::Location {
-        // The folder itself replaced by a link would name another folder.
-        let linked = local(location).is_some_and(|folder| {
-            std::fs::symlink_metadata(folder).is_ok_and(|m| m.file_type().is_symlink())
-        });
-        if canonical(location).is_some() && !linked {
-            let _ = io.delete_prefix(location.trim_end_matches('/')).await;
-        }
-        return Ok(());
-    }
-    let mut metadata: HashSet<String> = metadata_paths(table).into_iter().collect();
-    let mut data: HashSet<String> = HashSet::new();
-    for snapshot in table.metadata().snapshots() {
-        let Ok(list) = super::manifest::load_list(table, snapshot, location).await else {
-            continue;
-        };
-        for manifest in list.entries() {
-            if !is_under(&manifest.manifest_path, location) {
-                continue;
-            }
-            metadata.insert(manifest.manifest_path.clone());
-            if let Ok(loaded) = super::manifest::load(table, manifest, location).await {
-                data.extend(
-                    loaded
-                        .entries()
-                        .iter()
-                        .map(|e| e.data_file().file_path().to_string()),
-                );
-            }
-        }
-    }
-    let doomed: Vec<&String> = match removal {
-        Removal::Everything | Removal::Location => metadata.iter().chain(data.iter()).collect(),
-        // A path a manifest names as data is never deleted here, even when
-        // another (client-written) manifest list calls it a manifest.
-        Removal::MetadataOnly => metadata.difference(&data).collect(),
-    };
-    for path in doomed {
-        delete_within(io, path, location).await;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

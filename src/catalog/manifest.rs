@@ -3,7 +3,9 @@
 //! every Avro block checked to decompress within
 //! [`crate::limits::ReadLimits::metadata_inflated_bytes`] with a codec
 //! Iceberg writers use ([`check_container`]) before the Avro reader sees it,
-//! and parsed so that a malformed file is an error, never a panic.
+//! and parsed so that a malformed file is an error, never a panic. Deleting
+//! a table's files by what its manifests name ([`delete_confined`]) reads
+//! them the same way, and deletes through the gate.
 //!
 //! The spec asks for the table's schema
 //! (JSON) in a manifest's `schema` metadata; some writers put the manifest
@@ -110,6 +112,66 @@ pub(crate) async fn load_list(
     let path = snapshot.manifest_list();
     let bytes = read_confined(table.file_io(), path, location, "manifest list").await?;
     decode_list(&bytes, table.metadata().format_version(), path)
+}
+
+/// Deletes `table`'s files that lie under `location`: its metadata files
+/// (metadata log, manifest lists, manifests) and, with
+/// [`Removal::Everything`], its data files. Paths outside `location` are
+/// never touched, whatever the metadata says, and with
+/// [`Removal::MetadataOnly`] no path a manifest names as a data file is
+/// deleted (the target references them). Best effort: a file that is already
+/// gone is fine.
+pub(crate) async fn delete_confined(
+    table: &Table,
+    location: &str,
+    removal: super::Removal,
+) -> Result<()> {
+    use std::collections::HashSet;
+
+    use super::Removal;
+    use super::confine::{canonical, delete_within, is_under, local, metadata_paths};
+    let io = table.file_io();
+    if removal == Removal::Location {
+        // The folder itself replaced by a link would name another folder.
+        let linked = local(location).is_some_and(|folder| {
+            std::fs::symlink_metadata(folder).is_ok_and(|m| m.file_type().is_symlink())
+        });
+        if canonical(location).is_some() && !linked {
+            let _ = io.delete_prefix(location.trim_end_matches('/')).await;
+        }
+        return Ok(());
+    }
+    let mut metadata: HashSet<String> = metadata_paths(table).into_iter().collect();
+    let mut data: HashSet<String> = HashSet::new();
+    for snapshot in table.metadata().snapshots() {
+        let Ok(list) = load_list(table, snapshot, location).await else {
+            continue;
+        };
+        for manifest in list.entries() {
+            if !is_under(&manifest.manifest_path, location) {
+                continue;
+            }
+            metadata.insert(manifest.manifest_path.clone());
+            if let Ok(loaded) = load(table, manifest, location).await {
+                data.extend(
+                    loaded
+                        .entries()
+                        .iter()
+                        .map(|e| e.data_file().file_path().to_string()),
+                );
+            }
+        }
+    }
+    let doomed: Vec<&String> = match removal {
+        Removal::Everything | Removal::Location => metadata.iter().chain(data.iter()).collect(),
+        // A path a manifest names as data is never deleted here, even when
+        // another (client-written) manifest list calls it a manifest.
+        Removal::MetadataOnly => metadata.difference(&data).collect(),
+    };
+    for path in doomed {
+        delete_within(io, path, location).await;
+    }
+    Ok(())
 }
 
 /// A manifest list's `bytes` (from `path`) decoded: the container checked

@@ -556,7 +556,7 @@ impl IcebergCatalog {
         let Some(location) = self.placed_location(table) else {
             return Ok(());
         };
-        confine::delete_confined(table, &location, removal).await
+        manifest::delete_confined(table, &location, removal).await
     }
 
     /// Drops `table` with its files, if it exists: as [`Self::remove_table`]
