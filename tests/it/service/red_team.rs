@@ -266,3 +266,40 @@ async fn strangers_cannot_spend_a_callers_rate() {
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
+
+/// Made-up session ids from more addresses than the service tracks fill
+/// only the strangers' map (they once filled the map every caller's bucket
+/// lives in): past it, a new stranger waits (429), while an API token that
+/// has been idle all along is still served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_made_up_sessions_never_locks_out_a_caller() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let app = app(&config(&warehouse, "")).await;
+    let mut refused = 0;
+    for n in 0..10_050u32 {
+        let from = format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff);
+        let made_up = format!("u.{n:032x}.{n:064x}");
+        let (status, _) = call_from(&app, &from, "GET", "/iceberg/v1/config", &made_up, None).await;
+        match status {
+            StatusCode::UNAUTHORIZED => {}
+            StatusCode::TOO_MANY_REQUESTS => refused += 1,
+            other => panic!("a stranger got {other}"),
+        }
+    }
+    assert!(
+        refused >= 50,
+        "past the tracked addresses, strangers wait: {refused}"
+    );
+    // The idle token, from an address never seen: served.
+    let (status, body) = call_from(
+        &app,
+        "192.0.2.1",
+        "GET",
+        "/uploads/0123456789abcdef0123456789abcdef",
+        TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}
