@@ -9,7 +9,8 @@ use crate::error::Result;
 use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::upload::abort::discard;
-use crate::upload::promote::{load_target, promote};
+use crate::upload::promote::promote;
+use crate::upload::validation::load_target;
 use crate::upload::{UploadState, list_staging, promoted_snapshot};
 
 result_row! {

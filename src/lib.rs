@@ -61,7 +61,7 @@ pub use upload::abort::UploadAborted;
 pub use upload::create::{UploadOpened, UploadOptions};
 pub use upload::promote::{PromoteOptions, Promotion, TransferPath};
 pub use upload::status::{UploadFinding, UploadStatus};
-pub use upload::validate::Verify;
+pub use upload::validation::Verify;
 pub use upload::{
     PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID,
     SNAPSHOT_UPLOAD_ID, STAGING_NAMESPACE, UploadId, UploadState,

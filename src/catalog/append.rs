@@ -167,7 +167,7 @@ mod tests {
             })
             .with_schema_id(0)
             .build();
-        super::super::commit::add_as_head(snapshot, MAIN_BRANCH).into()
+        super::super::snapshot::add_as_head(snapshot, MAIN_BRANCH).into()
     }
 
     fn refusal(result: std::result::Result<(), Refusal>) -> String {

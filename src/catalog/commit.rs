@@ -19,38 +19,9 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use super::IcebergCatalog;
+use super::Whose;
 use super::scoped::{LoadCheck, both, load_check};
-use super::upkeep::{Whose, after_append};
 use crate::error::{Error, Result};
-
-/// A snapshot id, positive and not yet used in `metadata`, for a snapshot
-/// icestage writes itself (a manifest rewrite, a version mark).
-pub(crate) fn new_snapshot_id(metadata: &iceberg::spec::TableMetadata) -> i64 {
-    loop {
-        let id = rand::random::<i64>() & i64::MAX;
-        if id != 0 && metadata.snapshot_by_id(id).is_none() {
-            return id;
-        }
-    }
-}
-
-/// The updates that add `snapshot` and make it the head of branch `branch`.
-pub(crate) fn add_as_head(
-    snapshot: iceberg::spec::Snapshot,
-    branch: &str,
-) -> [iceberg::TableUpdate; 2] {
-    let id = snapshot.snapshot_id();
-    [
-        iceberg::TableUpdate::AddSnapshot { snapshot },
-        iceberg::TableUpdate::SetSnapshotRef {
-            ref_name: branch.to_string(),
-            reference: iceberg::spec::SnapshotReference::new(
-                id,
-                iceberg::spec::SnapshotRetention::branch(None, None, None),
-            ),
-        },
-    ]
-}
 
 /// The exactly-once evidence of an append: `key = value` in its snapshot's
 /// summary and, where anyone who can commit to the table could write that
@@ -588,7 +559,7 @@ async fn commit_once(
         }
         if answers.iter().all(Option::is_some) {
             // The commits are answered; what they leave due runs apart.
-            after_append(catalog, current, Whose::User);
+            catalog.appended(current, Whose::User);
             return Ok(answers.into_iter().flatten().collect());
         }
         match result {

@@ -19,7 +19,7 @@ use iceberg::table::Table;
 
 use super::IcebergCatalog;
 use super::append::{Refusal, apply_append};
-use super::commit::{add_as_head, new_snapshot_id};
+use super::snapshot::{add_as_head, new_snapshot_id};
 use crate::error::{Error, Result};
 
 /// Table property: the sequence number of the last manifest rewrite.

@@ -31,8 +31,8 @@ use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::table::Table;
 
 use super::IcebergCatalog;
+use super::Whose;
 use super::commit::append_files;
-use super::upkeep::{Whose, after_append};
 use crate::catalog::writer::{write_partitions, write_rows};
 use crate::error::Result;
 use crate::rows::one_batch;
@@ -152,7 +152,7 @@ pub(crate) async fn insert_into(
     let rows = files.iter().map(|f| f.record_count()).sum();
     if !files.is_empty() {
         let appended = append_files(catalog, &table, files).await?;
-        after_append(catalog, appended, Whose::User);
+        catalog.appended(appended, Whose::User);
     }
     Ok(rows)
 }
@@ -183,7 +183,7 @@ pub(crate) async fn append_rows(
             members.into_iter().for_each(|m| m.answer(done));
             // The members have their answers; the upkeep is the leader's.
             if let Ok(appended) = appended {
-                after_append(catalog, appended, Whose::Icestage);
+                catalog.appended(appended, Whose::Icestage);
             }
         },
     ))
@@ -201,7 +201,7 @@ async fn append_rows_alone(
     rows: &[Vec<Value>],
 ) -> Result<()> {
     let appended = commit_rows(catalog, table, rows).await?;
-    after_append(catalog, appended, Whose::Icestage);
+    catalog.appended(appended, Whose::Icestage);
     Ok(())
 }
 

@@ -20,10 +20,21 @@ pub(crate) mod provider;
 pub(crate) mod registry;
 pub(crate) mod rest;
 pub(crate) mod scoped;
+pub(crate) mod snapshot;
 pub(crate) mod upkeep;
 pub(crate) mod writer;
 
 pub use registry::Icestage;
+
+/// Whose table an append went to, which decides its upkeep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Whose {
+    /// One of icestage's own tables (logs, `copy_log`, deliveries).
+    Icestage,
+    /// A user's table: a target, a staging or download table, a table
+    /// `INSERT INTO` writes.
+    User,
+}
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -420,6 +431,13 @@ impl IcebergCatalog {
             kept.vouch(table);
         }
         Ok(rewritten)
+    }
+
+    /// Reports an append this process committed to `appended`: the upkeep
+    /// it leaves due (snapshot expiry, manifest merges) runs apart
+    /// ([`upkeep`]). Commit code calls this, never the upkeep itself.
+    pub(crate) fn appended(&self, appended: Table, whose: Whose) {
+        upkeep::after_append(self, appended, whose);
     }
 
     /// This catalog as commits that must land on exactly the version they

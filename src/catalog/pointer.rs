@@ -28,6 +28,8 @@ use iceberg::table::Table;
 use iceberg::{ErrorKind, MetadataLocation, TableIdent, TableRequirement, TableUpdate};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
+use super::snapshot::{successor, unexpected};
+
 /// Where a catalog keeps its tables' metadata pointers.
 #[derive(Clone)]
 pub(crate) enum PointerStore {
@@ -56,10 +58,6 @@ impl fmt::Debug for PointerStore {
             Self::Unsupported(why) => write!(f, "Unsupported({why})"),
         }
     }
-}
-
-pub(crate) fn unexpected(message: String) -> iceberg::Error {
-    iceberg::Error::new(ErrorKind::Unexpected, message)
 }
 
 /// S3 Tables' `GetTable` for `table`: its metadata location, the version
@@ -289,21 +287,6 @@ impl PointerStore {
             _ => Ok(None),
         }
     }
-}
-
-/// `base` at its next version: `metadata`, written at `location`.
-pub(crate) fn successor(
-    base: &Table,
-    metadata: TableMetadata,
-    location: String,
-) -> iceberg::Result<Table> {
-    Table::builder()
-        .identifier(base.identifier().clone())
-        .file_io(base.file_io().clone())
-        .metadata(metadata)
-        .metadata_location(location)
-        .runtime(iceberg::Runtime::current())
-        .build()
 }
 
 /// Writes `metadata` where `location` says, named by its content: the

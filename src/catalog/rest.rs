@@ -31,7 +31,7 @@ use iceberg::{ErrorKind, TableIdent, TableRequirement, TableUpdate};
 use iceberg_catalog_rest::{CommitTableRequest, CommitTableResponse};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 
-use super::pointer::unexpected;
+use super::snapshot::unexpected;
 use crate::error::{Error, Result};
 
 /// The branch whose snapshot stands for the version of a table's
@@ -233,7 +233,7 @@ impl RestCommits {
                 "the REST catalog's answer to a commit to {ident} is not a table: {e}"
             ))
         })?;
-        super::pointer::successor(base, committed.metadata, committed.metadata_location).map(Some)
+        super::snapshot::successor(base, committed.metadata, committed.metadata_location).map(Some)
     }
 }
 
@@ -244,7 +244,7 @@ async fn version_mark(base: &Table) -> iceberg::Result<(String, Vec<TableUpdate>
     let parent = metadata
         .snapshot_for_ref(VERSION_REF)
         .map(|s| s.snapshot_id());
-    let snapshot_id = super::commit::new_snapshot_id(metadata);
+    let snapshot_id = super::snapshot::new_snapshot_id(metadata);
     let sequence_number = metadata.next_sequence_number();
     let path = format!(
         "{}/metadata/snap-{snapshot_id}-icestage-version.avro",
@@ -290,6 +290,6 @@ async fn version_mark(base: &Table) -> iceberg::Result<(String, Vec<TableUpdate>
         .build();
     Ok((
         path,
-        super::commit::add_as_head(snapshot, VERSION_REF).into(),
+        super::snapshot::add_as_head(snapshot, VERSION_REF).into(),
     ))
 }

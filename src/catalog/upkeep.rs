@@ -24,18 +24,9 @@ use iceberg::spec::FormatVersion;
 use iceberg::table::Table;
 
 use super::IcebergCatalog;
+use super::Whose;
 use super::commit::{trim_due, trim_snapshots};
 use super::compact::{Layout, MERGED_AT, rewrite_manifests};
-
-/// Whose table an append went to, which decides its upkeep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Whose {
-    /// One of icestage's own tables (logs, `copy_log`, deliveries).
-    Icestage,
-    /// A user's table: a target, a staging or download table, a table
-    /// `INSERT INTO` writes.
-    User,
-}
 
 /// Iceberg's switch for merging manifests on commit.
 pub(crate) const MANIFEST_MERGE_ENABLED: &str = "commit.manifest-merge.enabled";

@@ -16,10 +16,10 @@ use iceberg::spec::{DataFile, deserialize_data_file_from_json, serialize_data_fi
 use iceberg::table::Table;
 use serde::{Deserialize, Serialize};
 
-use super::copy_into::copy_file;
 use super::options::{Format, READ_OPTIONS, SourceOptions};
 use super::read::Source;
 use super::source::{Access, SourceFile, files_at};
+use super::write::copy_file;
 use crate::cluster::{
     Answer, Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_for_items, share,
 };

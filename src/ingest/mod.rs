@@ -16,6 +16,7 @@ pub(crate) mod options;
 pub(crate) mod read;
 pub(crate) mod source;
 pub(crate) mod store;
+pub(crate) mod write;
 
 pub use options::{Compression, Format, OnError, SourceOptions};
 

@@ -35,7 +35,7 @@ use crate::upload::abort::UploadAborted;
 use crate::upload::create::{UploadOpened, UploadOptions};
 use crate::upload::promote::Promotion;
 use crate::upload::status::{UploadFinding, UploadStatus};
-use crate::upload::validate::Verify;
+use crate::upload::validation::Verify;
 
 /// One icestage operation, its arguments parsed and checked.
 #[derive(Debug, Clone)]

@@ -23,7 +23,7 @@ use iceberg_catalog_rest::{
 };
 
 use super::config::TokenSettings;
-use super::rest::RestError;
+use super::rest_error::RestError;
 use crate::catalog::IcebergCatalog;
 
 /// The most requirements and updates one commit through the catalog view

@@ -13,6 +13,7 @@ mod handlers;
 mod limit;
 mod openapi;
 mod rest;
+mod rest_error;
 mod webhooks;
 
 use std::collections::HashSet;

@@ -89,60 +89,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/iceberg/v1/transactions/commit", post(commit_transaction))
 }
 
-/// An error as the REST protocol returns it: `{"error": {"message", "type",
-/// "code"}}`; clients map the code to their exceptions (409 is a retryable
-/// commit failure).
-#[derive(Debug)]
-pub(crate) struct RestError {
-    status: StatusCode,
-    kind: &'static str,
-    message: String,
-}
-
-impl RestError {
-    pub(crate) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            kind,
-            message: message.into(),
-        }
-    }
-
-    fn not_found(what: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "NoSuchTableException",
-            format!("{what} does not exist or is not this session's"),
-        )
-    }
-}
-
-impl From<crate::error::Error> for RestError {
-    fn from(error: crate::error::Error) -> Self {
-        use crate::error::ErrorKind;
-        let (status, kind) = match error.kind() {
-            ErrorKind::User => (StatusCode::BAD_REQUEST, "BadRequestException"),
-            ErrorKind::NotFound => (StatusCode::NOT_FOUND, "NoSuchTableException"),
-            ErrorKind::Conflict => (StatusCode::CONFLICT, "CommitFailedException"),
-            ErrorKind::Upstream => (StatusCode::BAD_GATEWAY, "ServiceUnavailableException"),
-            ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError"),
-        };
-        Self::new(status, kind, error.user_message())
-    }
-}
-
-impl From<iceberg::Error> for RestError {
-    fn from(error: iceberg::Error) -> Self {
-        crate::error::Error::from(error).into()
-    }
-}
-
-impl IntoResponse for RestError {
-    fn into_response(self) -> Response {
-        let body = json!({"error": {"message": self.message, "type": self.kind, "code": self.status.as_u16()}});
-        (self.status, Json(body)).into_response()
-    }
-}
+pub(crate) use super::rest_error::RestError;
 
 type RestResult = std::result::Result<Response, RestError>;
 

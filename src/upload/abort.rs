@@ -1,7 +1,7 @@
 //! `ABORT UPLOAD '<id>'`: discard a session's staged rows. Refused once a
 //! promotion holds the session, so a promotion's files are never purged.
 
-use super::promote::load_target;
+use super::validation::load_target;
 use super::{Staging, UploadId, UploadState, find_staging, findings, promoted_snapshot};
 use crate::catalog::Icestage;
 use crate::error::{Error, Result};

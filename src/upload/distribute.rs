@@ -18,7 +18,7 @@ use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use serde::{Deserialize, Serialize};
 
 use super::drift::Matching;
-use super::verify::{Chunk, Plan, Read, compile_checks, open, read_chunk};
+use super::verify::{Chunk, Plan, Read, ReadChunks, compile_checks, open, read_chunk};
 use crate::cluster::{
     Answer, Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_for_items, share,
 };
@@ -168,7 +168,25 @@ pub(crate) fn jobs(jobs: Jobs) -> Jobs {
 
 /// Reads `chunks` of `files` on `cluster`; answers per chunk its file's
 /// index and what was proved.
-pub(super) async fn read_chunks(
+/// Verification's reads on `cluster`: the plan as a recipe each executor
+/// rebuilds.
+pub(super) struct OnCluster(pub(super) Cluster, pub(super) PlanRecipe);
+
+#[async_trait::async_trait]
+impl ReadChunks for OnCluster {
+    async fn read(
+        &self,
+        io: &FileIO,
+        files: &[DataFile],
+        _footers: &[(u64, ArrowReaderMetadata)],
+        chunks: Vec<Chunk>,
+        plan: &Arc<Plan>,
+    ) -> Result<Vec<(usize, Read)>> {
+        read_chunks(&self.0, &self.1, io, files, &chunks, plan).await
+    }
+}
+
+async fn read_chunks(
     cluster: &Cluster,
     recipe: &PlanRecipe,
     io: &FileIO,

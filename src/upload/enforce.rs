@@ -5,9 +5,8 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{Int64Type, Schema as ArrowSchema};
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::catalog::TableProvider;
 use datafusion::common::DFSchema;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -20,55 +19,13 @@ use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
 
 use super::Staging;
 use super::findings::Finding;
-use super::validate::{FINDINGS_PER_RULE, VALIDATION_MEMORY, Validation, Verify};
+use super::validation::{
+    FINDINGS_PER_RULE, VALIDATION_MEMORY, Validation, Verify, key_text, named, values_json,
+};
 use crate::catalog::provider::table_provider;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::tables::rules::PlannedCheck;
-
-/// Renders row `row` of `columns` (name, array) as `name=value, ...`.
-pub(crate) fn key_text(columns: &[(String, Arc<dyn Array>)], row: usize) -> Result<String> {
-    let options = FormatOptions::default().with_null("NULL");
-    let mut parts = vec![];
-    for (name, array) in columns {
-        let formatter = ArrayFormatter::try_new(array.as_ref(), &options)?;
-        parts.push(format!("{name}={}", formatter.value(row)));
-    }
-    Ok(parts.join(", "))
-}
-
-/// Renders row `row` of `columns` as a JSON object of strings (NULL as null).
-pub(crate) fn values_json(columns: &[(String, Arc<dyn Array>)], row: usize) -> Result<String> {
-    let options = FormatOptions::default();
-    let mut object = serde_json::Map::new();
-    for (name, array) in columns {
-        let value = if array.is_null(row) {
-            serde_json::Value::Null
-        } else {
-            let formatter = ArrayFormatter::try_new(array.as_ref(), &options)?;
-            serde_json::Value::String(formatter.value(row).to_string())
-        };
-        object.insert(name.clone(), value);
-    }
-    Ok(serde_json::Value::Object(object).to_string())
-}
-
-pub(crate) fn named(
-    batch: &RecordBatch,
-    names: &[String],
-) -> Result<Vec<(String, Arc<dyn Array>)>> {
-    names
-        .iter()
-        .map(|name| {
-            batch
-                .column_by_name(name)
-                .map(|a| (name.clone(), Arc::clone(a)))
-                .ok_or_else(|| {
-                    Error::invalid(format!("internal: the scan returned no column '{name}'"))
-                })
-        })
-        .collect()
-}
 
 /// Evaluates every CHECK rule in one streaming pass over the staging files
 /// whose metrics allow a violation of at least one of them.

@@ -26,6 +26,7 @@ pub(crate) mod seal;
 pub(crate) mod status;
 pub(crate) mod transfer;
 pub(crate) mod validate;
+pub(crate) mod validation;
 pub(crate) mod verify;
 
 use std::collections::HashMap;

@@ -24,11 +24,12 @@ use std::time::Duration;
 use chrono::Utc;
 use iceberg::table::Table;
 
-use super::drift::{Matching, schema_drift};
-use super::validate::{Validation, Verify, validate};
+use super::validate::validate;
+pub use super::validation::TransferPath;
+use super::validation::{Validation, Verify, load_target, transfer_path};
 use super::{
     SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
-    findings, is_missing, promoted_snapshot, transfer,
+    findings, promoted_snapshot, transfer,
 };
 use crate::catalog::Icestage;
 use crate::catalog::Removal;
@@ -38,62 +39,6 @@ use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::log;
-
-/// How the rows reached the target (the `path` column of PROMOTE UPLOAD).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TransferPath {
-    /// The staged files were registered as they are.
-    ZeroCopy,
-    /// Nothing was committed (an empty upload, or an earlier promotion did it).
-    None,
-    /// Validation only (`WITH (dry_run = true)`).
-    DryRun,
-    /// The staged files were copied into the target's storage, verified
-    /// there, then registered.
-    Copy,
-    /// The staged rows were rewritten as new files with the target's field ids.
-    Rewrite,
-}
-
-crate::rows::named_column!(TransferPath);
-
-impl std::fmt::Display for TransferPath {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl TransferPath {
-    /// The name the result row shows.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ZeroCopy => "zero_copy",
-            Self::None => "none",
-            Self::DryRun => "dry_run",
-            Self::Copy => "copy",
-            Self::Rewrite => "rewrite",
-        }
-    }
-}
-
-/// How the staged rows reach the target: registered as they are only when
-/// the field ids match and no credential that can still write reaches the
-/// staged files (a local warehouse: the client's connection is the trusted
-/// catalog itself); copied, then verified, when only the ids match;
-/// rewritten otherwise.
-pub(crate) fn transfer_path(staging: &Staging, target: &Table) -> TransferPath {
-    let same_ids = schema_drift(
-        staging.table.metadata().current_schema(),
-        target.metadata().current_schema(),
-        Matching::ById,
-    )
-    .is_empty();
-    match (same_ids, staging.catalog.zero_copy_safe()) {
-        (true, true) => TransferPath::ZeroCopy,
-        (true, false) => TransferPath::Copy,
-        (false, _) => TransferPath::Rewrite,
-    }
-}
 
 result_row! {
     /// What `PROMOTE UPLOAD` did.
@@ -560,30 +505,6 @@ fn closed_or_unknown(id: &UploadId, record: Option<UploadRecord>) -> Error {
         },
         None => Error::UnknownUpload(id.to_string()),
     }
-}
-
-pub(crate) async fn load_target(staging: &Staging) -> Result<Table> {
-    staging
-        .catalog
-        .catalog()
-        .load_table(&staging.target)
-        .await
-        .map_err(|e| {
-            if is_missing(&e) {
-                Error::TableNotFound {
-                    table: staging.target.to_string(),
-                    hint: format!(
-                        ": it is the target of upload '{}', whose rows stay in {} until the upload \
-                         expires; ABORT UPLOAD '{}' discards them",
-                        staging.id,
-                        staging.name(),
-                        staging.id
-                    ),
-                }
-            } else {
-                e.into()
-            }
-        })
 }
 
 fn snapshot_counts(table: &Table, snapshot_id: i64) -> (i64, i64) {

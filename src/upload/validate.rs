@@ -14,115 +14,20 @@
 //!   inside the upload, a merge join with the target for keys already there)
 //!   in a session with a memory limit that spills to disk.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::prelude::SessionContext;
-use iceberg::spec::DataFile;
 use iceberg::table::Table;
 
 use super::drift::{Matching, inspect_metadata, required_nulls};
 use super::enforce::{evaluate_checks, evaluate_unique};
-use super::findings::Finding;
-use super::promote::load_target;
-use super::verify::Reader;
+use super::validation::{Validation, Verify, load_target};
 use super::{Staging, UploadId, find_staging};
 use crate::catalog::Icestage;
 use crate::catalog::commit::summary_count;
 use crate::cluster::Cluster;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::tables::rules::{PlannedCheck, Rule, df_schema, plan_checks, rules_of};
-
-/// Row-level findings kept per rule; the count covers every violation.
-pub(crate) const FINDINGS_PER_RULE: usize = 1000;
-/// Memory the uniqueness queries may hold before spilling to disk.
-pub(crate) const VALIDATION_MEMORY: usize = 256 * 1024 * 1024;
-
-/// What validation found.
-#[derive(Debug, Default)]
-pub(crate) struct Validation {
-    /// The staging table's live data files (what promotion registers).
-    pub(crate) files: Vec<DataFile>,
-    /// Rows in those files.
-    pub(crate) rows: i64,
-    /// Problems of the table as a whole (drift, operations, nulls).
-    pub(crate) reasons: Vec<String>,
-    /// Violations per rule, all of them counted.
-    pub(crate) violations: BTreeMap<String, (Rule, u64)>,
-    /// Row-level findings, at most [`FINDINGS_PER_RULE`] per rule.
-    pub(crate) findings: Vec<Finding>,
-    /// The cluster the proof or the rules' scans ran on; `None`: this process.
-    pub(crate) cluster: Option<Cluster>,
-}
-
-impl Validation {
-    /// True when nothing stands in the way of promotion.
-    pub(crate) fn passed(&self) -> bool {
-        self.reasons.is_empty() && self.violations.values().all(|(_, n)| *n == 0)
-    }
-
-    /// Where the proof and the rules' scans ran, as results show it.
-    pub(crate) fn ran_on(&self) -> String {
-        crate::cluster::ran_on(self.cluster.as_ref())
-    }
-
-    /// Every violation, counted.
-    pub(crate) fn finding_count(&self) -> u64 {
-        self.violations.values().map(|(_, n)| n).sum()
-    }
-
-    /// One line per problem: the table-level reasons, then a summary per
-    /// violated rule.
-    pub(crate) fn summary(&self, id: &str) -> Vec<String> {
-        let mut lines = self.reasons.clone();
-        for (name, (rule, count)) in &self.violations {
-            if *count > 0 {
-                lines.push(format!(
-                    "rule '{name}' {} fails for {count} row(s) (SELECT * FROM upload_findings('{id}'))",
-                    rule.definition()
-                ));
-            }
-        }
-        lines
-    }
-}
-
-/// How promotion proves what it promotes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Verify {
-    /// Read every staged file: schema, NULLs, rules and metrics from the
-    /// bytes (the `verify` step). The default, and what the service uses.
-    #[default]
-    Bytes,
-    /// Trust the staging table's manifests (null counts, bounds): only for
-    /// files a trusted writer produced, e.g. icestage itself.
-    Metadata,
-}
-
-impl Verify {
-    /// The option value that names it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Bytes => "bytes",
-            Self::Metadata => "metadata",
-        }
-    }
-}
-
-impl std::str::FromStr for Verify {
-    type Err = Error;
-
-    fn from_str(text: &str) -> Result<Self> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "bytes" => Ok(Self::Bytes),
-            "metadata" => Ok(Self::Metadata),
-            _ => Err(Error::invalid(format!(
-                "verify = '{text}' is not a verification mode: use 'bytes' (read every staged file, \
-                 the default) or 'metadata' (trust the manifests; only for trusted writers)"
-            ))),
-        }
-    }
-}
 
 /// Validates `staging` against `target` and its rules. With `copy_first`,
 /// the staged files are first copied into the target's storage and the
@@ -265,22 +170,16 @@ async fn verify_bytes(
         super::verify::compile_checks(target, &checks)?,
         key.clone(),
     )?);
-    let reader = match cluster {
-        None => Reader::Here,
+    let reader: Box<dyn super::verify::ReadChunks> = match cluster {
+        None => Box::new(super::verify::Here),
         #[cfg(feature = "cluster")]
         Some(cluster) => {
             // The proof's reads run on the cluster; the plan travels as a recipe.
             validation.cluster = Some(cluster.clone());
-            Reader::Cluster(
+            Box::new(super::distribute::OnCluster(
                 cluster.clone(),
-                Box::new(super::distribute::PlanRecipe::new(
-                    target,
-                    staging_schema,
-                    matching,
-                    checks,
-                    key,
-                )?),
-            )
+                super::distribute::PlanRecipe::new(target, staging_schema, matching, checks, key)?,
+            ))
         }
         #[cfg(not(feature = "cluster"))]
         Some(cluster) => return Err(cluster.unavailable()),
@@ -291,7 +190,7 @@ async fn verify_bytes(
     } else {
         (staging.table.file_io().clone(), validation.files.clone())
     };
-    let verified = super::verify::verify(&io, &files, Arc::clone(&plan), &reader).await;
+    let verified = super::verify::verify(&io, &files, Arc::clone(&plan), reader.as_ref()).await;
     let verified = match verified {
         Ok(v) if v.reasons.is_empty() && v.violations.values().all(|n| *n == 0) => v,
         other => {
@@ -335,10 +234,10 @@ pub(crate) async fn explain(icestage: &Icestage, id: &str, verify: Verify) -> Re
         "total-data-files",
     )
     .unwrap_or(0);
-    let path = super::promote::transfer_path(&staging, &target);
+    let path = super::validation::transfer_path(&staging, &target);
     let how = match path {
-        super::promote::TransferPath::Copy => "copies of ",
-        super::promote::TransferPath::Rewrite => "rewritten ",
+        super::validation::TransferPath::Copy => "copies of ",
+        super::validation::TransferPath::Rewrite => "rewritten ",
         _ => "",
     };
     steps.push(format!(

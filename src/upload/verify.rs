@@ -44,9 +44,8 @@ use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 
 use super::drift::{Matching, schema_drift};
-use super::enforce::{key_text, named, values_json};
 use super::findings::Finding;
-use super::validate::FINDINGS_PER_RULE;
+use super::validation::{FINDINGS_PER_RULE, key_text, named, values_json};
 use crate::error::{Error, Result};
 
 /// Rows per decoded batch.
@@ -844,11 +843,11 @@ fn evaluate(
 /// Reads every file of `files` (paths under `io`), proving what the module
 /// documentation lists. `claimed` gives, per file, the partition the
 /// client's manifest says it holds.
-pub(crate) async fn verify(
+pub(super) async fn verify(
     io: &FileIO,
     files: &[DataFile],
     plan: Arc<Plan>,
-    reader: &Reader,
+    reader: &dyn ReadChunks,
 ) -> Result<Verified> {
     let parallelism = std::thread::available_parallelism().map_or(2, |n| n.get());
     // Footers first (small reads), then the row-group chunks on all cores.
@@ -893,13 +892,7 @@ pub(crate) async fn verify(
     if !verified.reasons.is_empty() {
         return Ok(verified);
     }
-    let reads: Vec<(usize, Read)> = match reader {
-        Reader::Here => read_here(io, files, &footers, chunks, &plan).await?,
-        #[cfg(feature = "cluster")]
-        Reader::Cluster(cluster, recipe) => {
-            super::distribute::read_chunks(cluster, recipe, io, files, &chunks, &plan).await?
-        }
-    };
+    let reads = reader.read(io, files, &footers, chunks, &plan).await?;
     let mut per_file: Vec<Read> = files.iter().map(|_| Read::default()).collect();
     for (index, read) in reads {
         per_file[index].merge(read, files[index].file_path());
@@ -945,13 +938,37 @@ pub(crate) async fn verify(
     Ok(verified)
 }
 
-/// Where verification reads the staged files' chunks.
-pub(crate) enum Reader {
-    /// On this process's cores.
-    Here,
-    /// On a cluster: the plan as a recipe each executor rebuilds.
-    #[cfg(feature = "cluster")]
-    Cluster(crate::cluster::Cluster, Box<super::distribute::PlanRecipe>),
+/// Where verification reads the staged files' chunks: [`Here`], or on a
+/// cluster (`distribute`), as the orchestrator chooses.
+#[async_trait::async_trait]
+pub(super) trait ReadChunks: Send + Sync {
+    /// What reading each of `chunks` of `files` (with their `footers`)
+    /// proved, by file index.
+    async fn read(
+        &self,
+        io: &FileIO,
+        files: &[DataFile],
+        footers: &[(u64, ArrowReaderMetadata)],
+        chunks: Vec<Chunk>,
+        plan: &Arc<Plan>,
+    ) -> Result<Vec<(usize, Read)>>;
+}
+
+/// On this process's cores.
+pub(super) struct Here;
+
+#[async_trait::async_trait]
+impl ReadChunks for Here {
+    async fn read(
+        &self,
+        io: &FileIO,
+        files: &[DataFile],
+        footers: &[(u64, ArrowReaderMetadata)],
+        chunks: Vec<Chunk>,
+        plan: &Arc<Plan>,
+    ) -> Result<Vec<(usize, Read)>> {
+        read_here(io, files, footers, chunks, plan).await
+    }
 }
 
 /// A chunk: the file's index, its row groups, the position of its first row.

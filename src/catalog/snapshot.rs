@@ -1,0 +1,56 @@
+//! Snapshots and table versions as icestage writes them: the small helpers
+//! the commit protocol, manifest rewrites and the REST front share. A leaf:
+//! it imports no other file of this folder.
+
+use iceberg::ErrorKind;
+use iceberg::spec::TableMetadata;
+use iceberg::table::Table;
+
+/// An unexpected failure of a catalog or store, with `message`.
+pub(crate) fn unexpected(message: String) -> iceberg::Error {
+    iceberg::Error::new(ErrorKind::Unexpected, message)
+}
+
+/// A snapshot id, positive and not yet used in `metadata`, for a snapshot
+/// icestage writes itself (a manifest rewrite, a version mark).
+pub(crate) fn new_snapshot_id(metadata: &iceberg::spec::TableMetadata) -> i64 {
+    loop {
+        let id = rand::random::<i64>() & i64::MAX;
+        if id != 0 && metadata.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+/// The updates that add `snapshot` and make it the head of branch `branch`.
+pub(crate) fn add_as_head(
+    snapshot: iceberg::spec::Snapshot,
+    branch: &str,
+) -> [iceberg::TableUpdate; 2] {
+    let id = snapshot.snapshot_id();
+    [
+        iceberg::TableUpdate::AddSnapshot { snapshot },
+        iceberg::TableUpdate::SetSnapshotRef {
+            ref_name: branch.to_string(),
+            reference: iceberg::spec::SnapshotReference::new(
+                id,
+                iceberg::spec::SnapshotRetention::branch(None, None, None),
+            ),
+        },
+    ]
+}
+
+/// `base` at its next version: `metadata`, written at `location`.
+pub(crate) fn successor(
+    base: &Table,
+    metadata: TableMetadata,
+    location: String,
+) -> iceberg::Result<Table> {
+    Table::builder()
+        .identifier(base.identifier().clone())
+        .file_io(base.file_io().clone())
+        .metadata(metadata)
+        .metadata_location(location)
+        .runtime(iceberg::Runtime::current())
+        .build()
+}
