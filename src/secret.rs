@@ -37,6 +37,12 @@ impl<'de> serde::Deserialize<'de> for Secret {
     }
 }
 
+/// Whether `a` and `b` are equal, in time that depends on their length only
+/// (for secrets, hashes and proofs).
+pub(crate) fn equal_time(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// True for property keys whose values are secrets.
 pub(crate) fn is_secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();

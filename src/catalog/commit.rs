@@ -66,7 +66,7 @@ impl Evidence {
             None => true,
             Some((key, proof)) => summary
                 .get(key)
-                .is_some_and(|found| constant_time_eq(found.as_bytes(), proof.as_bytes())),
+                .is_some_and(|found| crate::secret::equal_time(found.as_bytes(), proof.as_bytes())),
         };
         (true, proven)
     }
@@ -91,24 +91,6 @@ impl Evidence {
             .filter(move |s| self.claimed(&s.summary().additional_properties) == (true, proven))
             .map(|s| s.snapshot_id())
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// The snapshot of `table` whose summary has `key = value`, if any.
-pub(crate) fn snapshot_with(table: &Table, key: &str, value: &str) -> Option<i64> {
-    table
-        .metadata()
-        .snapshots()
-        .find(|s| {
-            s.summary()
-                .additional_properties
-                .get(key)
-                .is_some_and(|v| v == value)
-        })
-        .map(|s| s.snapshot_id())
 }
 
 /// How often a commit that keeps conflicting is tried before giving up.
@@ -741,7 +723,10 @@ mod tests {
         assert_eq!(answers[0], (earlier, false), "u1 is not appended again");
         for (id, (snapshot_id, committed)) in ids.iter().zip(&answers).skip(1) {
             assert!(committed, "{id}");
-            assert_eq!(snapshot_with(&after, "upload-id", id), Some(*snapshot_id));
+            assert_eq!(
+                Evidence::new("upload-id", id).found_in(&after),
+                Some(*snapshot_id)
+            );
         }
         // One snapshot per upload, the three new ones in one new version.
         assert_eq!(after.metadata().snapshots().count(), 4);

@@ -513,6 +513,13 @@ impl IcebergCatalog {
             }
             return Ok(placed);
         }
+        self.placed_or_reported(table).await
+    }
+
+    /// Where this catalog put `table`, by its rule alone or as it reports
+    /// it (S3 Tables), never by the table's metadata: what session tables
+    /// are held to.
+    pub(crate) async fn placed_or_reported(&self, table: &Table) -> Result<String> {
         if let Some(location) = self.placed_location(table) {
             return Ok(location);
         }

@@ -32,7 +32,7 @@ use super::source::select;
 pub(crate) use super::source::{Access, SourceFile};
 use super::write::copy_file;
 use crate::catalog::IcebergCatalog;
-use crate::catalog::commit::{Evidence, append_once_guarded, snapshot_with};
+use crate::catalog::commit::{Evidence, append_once_guarded};
 use crate::catalog::insert::append_rows;
 use crate::catalog::scoped::LoadCheck;
 use crate::cluster::Cluster;
@@ -169,7 +169,10 @@ fn proven_copies(entries: &[LogEntry], target: &Table) -> HashSet<String> {
     entries
         .iter()
         .filter(|e| {
-            e.state == "committed" || snapshot_with(target, SNAPSHOT_COPY_ID, &e.copy_id).is_some()
+            e.state == "committed"
+                || Evidence::new(SNAPSHOT_COPY_ID, &e.copy_id)
+                    .found_in(target)
+                    .is_some()
         })
         .map(|e| e.copy_id.clone())
         .collect()

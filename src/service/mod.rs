@@ -133,7 +133,7 @@ impl AppState {
         let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let mut found = None;
         for (hash, token) in &self.0.tokens {
-            if equal_time(hash, &presented) {
+            if crate::secret::equal_time(hash, &presented) {
                 found = Some(token);
             }
         }
@@ -299,10 +299,6 @@ impl Caller {
         }
         Ok(())
     }
-}
-
-fn equal_time(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl FromRequestParts<AppState> for Caller {

@@ -8,7 +8,7 @@
 
 use super::Staging;
 use crate::catalog::confine::{canonical, is_under, metadata_paths, through_link};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Where icestage placed the staging table of `staging`: by the catalog's
 /// rule, or as the catalog reports it ([`IcebergCatalog::placed_location`]
@@ -16,21 +16,7 @@ use crate::error::{Error, Result};
 ///
 /// [`IcebergCatalog::placed_location`]: crate::catalog::IcebergCatalog::placed_location
 pub(crate) async fn assigned_location(staging: &Staging) -> Result<String> {
-    let ident = staging.table.identifier();
-    if let Some(location) = staging.catalog.placed_location(&staging.table) {
-        return Ok(location);
-    }
-    staging
-        .catalog
-        .pointers()
-        .assigned_location(ident)
-        .await?
-        .ok_or_else(|| {
-            Error::invalid(format!(
-                "internal: catalog '{}' cannot say where {ident} is stored",
-                staging.catalog.name()
-            ))
-        })
+    staging.catalog.placed_or_reported(&staging.table).await
 }
 
 /// The current snapshot's manifests, each loaded (those under the location).

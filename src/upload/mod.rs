@@ -257,18 +257,13 @@ impl Staging {
         let mut staging = Self::from_table(catalog, table)?;
         let props = staging.table.metadata().properties();
         staging.tampered = seal::broken(&key, props);
+        staging.proof = props
+            .contains_key(seal::PROP_EVIDENCE)
+            .then(|| seal::proof(&key, staging.id.as_str(), &staging.target.to_string()));
         if staging.tampered.is_none() {
             // The metadata icestage committed, not a copy rewritten in place
             // by a client that can write the table's folder.
             staging.tampered = staging.catalog.metadata_rewritten(&staging.table).await?;
-        }
-        let props = staging.table.metadata().properties();
-        if props.contains_key(seal::PROP_EVIDENCE) {
-            staging.proof = Some(seal::proof(
-                &key,
-                staging.id.as_str(),
-                &staging.target.to_string(),
-            ));
         }
         Ok(staging)
     }
