@@ -42,6 +42,9 @@ trap cleanup EXIT
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 scheduler="127.0.0.1:$(port)"
+# Every process of the cluster, and its clients, share one secret.
+head -c 32 /dev/urandom | base64 >"$work/cluster.secret"
+export ICESTAGE_CLUSTER_SECRET_FILE="$work/cluster.secret"
 RUST_LOG=warn "$bin" scheduler --bind "$scheduler" 2>"$work/scheduler.log" &
 pids+=($!)
 for n in 1 2; do

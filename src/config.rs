@@ -37,6 +37,11 @@ extensions_options! {
         /// (and RUN PIPE) run: '' (here) or a Ballista scheduler, `df://HOST:PORT`
         /// (needs the `cluster` feature).
         pub cluster: String, default = String::new()
+
+        /// The file holding the cluster's shared secret, the one its scheduler
+        /// and executors were started with; '' for the file the environment
+        /// variable ICESTAGE_CLUSTER_SECRET_FILE names.
+        pub cluster_secret_file: String, default = String::new()
     }
 }
 

@@ -6,8 +6,8 @@
 
 use std::net::SocketAddr;
 
-pub use crate::cluster::ExecutorOptions;
 use crate::cluster::Jobs;
+pub use crate::cluster::{ClusterSecret, ExecutorOptions, SECRET_FILE_VARIABLE};
 use crate::error::Result;
 
 /// Every job icestage's operations send to a cluster.
@@ -16,9 +16,10 @@ pub fn jobs() -> Jobs {
     crate::ingest::distribute::jobs(jobs)
 }
 
-/// Runs a scheduler on `bind` until the process ends.
-pub async fn run_scheduler(bind: SocketAddr) -> Result<()> {
-    crate::cluster::run_scheduler(bind, jobs()).await
+/// Runs a scheduler on `bind` until the process ends; it refuses every
+/// caller (executor or client) without `secret`.
+pub async fn run_scheduler(bind: SocketAddr, secret: ClusterSecret) -> Result<()> {
+    crate::cluster::run_scheduler(bind, jobs(), secret).await
 }
 
 /// Runs an executor until the process ends (or the scheduler stops it).
@@ -28,7 +29,9 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
 
 /// Starts a scheduler and `executors` executors of `slots` task slots each
 /// inside this process (each with its own sessions, codecs and runtime, as
-/// separate processes would have); returns the URL, `df://localhost:PORT`.
+/// separate processes would have); returns the URL, `df://127.0.0.1:PORT`.
+/// Its ports want a secret only this process knows; sessions of this
+/// process that name the URL carry it.
 pub async fn start_in_process(executors: usize, slots: usize) -> Result<String> {
     crate::cluster::start_in_process(executors, slots, jobs()).await
 }

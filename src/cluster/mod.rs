@@ -16,6 +16,8 @@
 //! get it.
 
 #[cfg(feature = "cluster")]
+mod auth;
+#[cfg(feature = "cluster")]
 mod codec;
 #[cfg(feature = "cluster")]
 mod job;
@@ -27,6 +29,8 @@ mod recipe;
 mod write;
 
 #[cfg(feature = "cluster")]
+pub use auth::{ClusterSecret, SECRET_FILE_VARIABLE};
+#[cfg(feature = "cluster")]
 pub use codec::{IcestageLogicalCodec, IcestagePhysicalCodec};
 #[cfg(feature = "cluster")]
 pub(crate) use job::{Answer, decode_message, encode_message, run_for_items, share};
@@ -37,7 +41,7 @@ pub use process::ExecutorOptions;
 #[cfg(feature = "cluster")]
 pub(crate) use process::{run_executor, run_scheduler, start_in_process};
 #[cfg(feature = "cluster")]
-pub(crate) use recipe::{Recipe, RecipeTable, file_io};
+pub(crate) use recipe::{Recipe, RecipeTable, file_io, without_long_lived_keys};
 #[cfg(feature = "cluster")]
 pub(crate) use write::write_on_cluster;
 
@@ -55,6 +59,9 @@ pub(crate) const LOCAL: &str = "local";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
     url: String,
+    /// What its calls carry to be let in (see [`Cluster::with_secret_of`]).
+    #[cfg(feature = "cluster")]
+    secret: Option<ClusterSecret>,
 }
 
 impl Cluster {
@@ -85,7 +92,26 @@ impl Cluster {
         }
         Ok(Some(Self {
             url: format!("df://{host}:{port}"),
+            #[cfg(feature = "cluster")]
+            secret: None,
         }))
+    }
+
+    /// This cluster with the secret its calls carry: the file `options`
+    /// name (`icestage.cluster_secret_file`), else the one this process
+    /// made for its own in-process cluster at this URL, else the file the
+    /// environment names ([`SECRET_FILE_VARIABLE`]).
+    #[cfg(feature = "cluster")]
+    fn with_secret_of(mut self, options: &crate::config::IcestageOptions) -> Result<Self> {
+        let file = options.cluster_secret_file.trim();
+        self.secret = if !file.is_empty() {
+            Some(ClusterSecret::from_file(std::path::Path::new(file))?)
+        } else if let Some(secret) = auth::in_process(&self.url) {
+            Some(secret)
+        } else {
+            ClusterSecret::from_file_or_env(None)?
+        };
+        Ok(self)
     }
 
     /// What a build without the `cluster` feature answers where a cluster
@@ -123,8 +149,18 @@ impl Cluster {
         use ballista::extension::SessionContextExt;
         use datafusion::execution::SessionStateBuilder;
 
+        let secret = self.secret.as_ref().ok_or_else(|| {
+            Error::Config(format!(
+                "icestage.cluster = '{}' needs the cluster's secret: SET \
+                 icestage.cluster_secret_file = '/path/to/cluster.secret' or set \
+                 {SECRET_FILE_VARIABLE} (the file its scheduler and executors were started with)",
+                self.url
+            ))
+        })?;
+        let scheduler = format!("http://{}", self.url.trim_start_matches("df://"));
+        process::admitted(&scheduler, secret, "client").await?;
         let mut config =
-            process::session_config(&Jobs::default()).with_target_partitions(PARTITIONS);
+            process::session_config(&Jobs::default(), secret).with_target_partitions(PARTITIONS);
         config.options_mut().execution.time_zone = Some("+00:00".to_string());
         let state = SessionStateBuilder::new()
             .with_config(config)
@@ -143,7 +179,10 @@ impl Cluster {
 
 /// The cluster the session's `icestage.cluster` names, if any.
 pub(crate) fn of_options(options: &crate::config::IcestageOptions) -> Result<Option<Cluster>> {
-    Cluster::from_setting(&options.cluster)
+    let cluster = Cluster::from_setting(&options.cluster)?;
+    #[cfg(feature = "cluster")]
+    let cluster = cluster.map(|c| c.with_secret_of(options)).transpose()?;
+    Ok(cluster)
 }
 
 /// Where work ran, as results show it: `local` or the cluster's URL.

@@ -43,7 +43,8 @@ pub(crate) struct Recipe {
     pub(crate) metadata_location: String,
     /// The snapshot read; `None` for a table without one (reads nothing).
     pub(crate) snapshot_id: Option<i64>,
-    /// The file IO's properties (storage endpoint, region, credentials).
+    /// The file IO's properties (storage endpoint, region; credentials only
+    /// temporary ones, see [`without_long_lived_keys`]).
     pub(crate) file_io: HashMap<String, String>,
 }
 
@@ -69,7 +70,7 @@ impl Recipe {
             table: table.identifier().to_string(),
             metadata_location: metadata_location.to_string(),
             snapshot_id: snapshot_id.or_else(|| table.metadata().current_snapshot_id()),
-            file_io: table.file_io().config().props().clone(),
+            file_io: without_long_lived_keys(table.file_io().config().props().clone()),
         })
     }
 
@@ -113,6 +114,39 @@ impl Recipe {
         });
         Ok(tasks)
     }
+}
+
+/// Storage properties as a plan or job carries them to executors: without
+/// long-lived keys. Keys travel only with their session token (temporary
+/// credentials, which expire); otherwise every executor reaches storage
+/// with its own credentials (its environment, profile or instance role),
+/// as any other process of the deployment would.
+pub(crate) fn without_long_lived_keys<C: FromIterator<(String, String)>>(
+    properties: impl IntoIterator<Item = (String, String)>,
+) -> C {
+    let named = |name: &str, words: &[&str]| {
+        let name = name.to_ascii_lowercase().replace('_', "-");
+        words.iter().any(|w| name.contains(w))
+    };
+    let temporary_keys = ["access-key-id", "secret-access-key", "session-token"];
+    let credentials = [
+        "secret",
+        "access-key",
+        "account-key",
+        "credential",
+        "password",
+        "private-key",
+        "token",
+        "sas",
+    ];
+    let pairs: Vec<(String, String)> = properties.into_iter().collect();
+    let temporary = pairs
+        .iter()
+        .any(|(k, v)| named(k, &["session-token"]) && !v.trim().is_empty());
+    pairs
+        .into_iter()
+        .filter(|(k, _)| !named(k, &credentials) || (temporary && named(k, &temporary_keys)))
+        .collect()
 }
 
 /// A file IO from the properties a recipe or job carries.
@@ -422,4 +456,49 @@ fn conform(batch: &RecordBatch, schema: &SchemaRef) -> DFResult<RecordBatch> {
         })
         .collect::<DFResult<Vec<_>>>()?;
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn long_lived_keys_never_travel() {
+        let static_keys = pairs(&[
+            ("s3.endpoint", "http://127.0.0.1:9000"),
+            ("s3.region", "eu-west-1"),
+            ("s3.access-key-id", "AKIAEXAMPLE"),
+            ("s3.secret-access-key", "wJalrXUtnFEMI"),
+            ("adls.account-key", "key"),
+            ("gcs.credentials-json", "{}"),
+            ("access_key_id", "AKIAEXAMPLE"),
+            ("secret_access_key", "wJalrXUtnFEMI"),
+            ("role_arn", "arn:aws:iam::1:role/r"),
+        ]);
+        let kept: Vec<(String, String)> = without_long_lived_keys(static_keys);
+        assert_eq!(
+            kept,
+            pairs(&[
+                ("s3.endpoint", "http://127.0.0.1:9000"),
+                ("s3.region", "eu-west-1"),
+                ("role_arn", "arn:aws:iam::1:role/r"),
+            ])
+        );
+        // Temporary credentials travel: they expire.
+        let temporary = pairs(&[
+            ("s3.access-key-id", "ASIAEXAMPLE"),
+            ("s3.secret-access-key", "s"),
+            ("s3.session-token", "t"),
+            ("adls.account-key", "key"),
+        ]);
+        let kept: HashMap<String, String> = without_long_lived_keys(temporary);
+        assert_eq!(kept.len(), 3);
+        assert!(!kept.contains_key("adls.account-key"));
+    }
 }

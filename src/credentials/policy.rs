@@ -82,29 +82,38 @@ pub fn s3tables_policy(bucket_arn: &str, namespace: &str, table: &str, mode: Acc
 }
 
 /// The S3 session policy for one table stored under `s3://bucket/prefix`:
-/// objects under the prefix (read, or read and write) and listing of that
-/// prefix only.
+/// reading objects under the prefix and listing that prefix; in `Write`
+/// mode also putting data files (`data/`) and the manifests and manifest
+/// lists a writer adds (`metadata/*.avro`). The table's metadata JSON files
+/// are the catalog's alone: vended keys never write one.
 pub fn s3_prefix_policy(bucket: &str, prefix: &str, mode: AccessMode) -> Value {
     let prefix = prefix.trim_matches('/');
-    let objects: &[&str] = match mode {
-        AccessMode::Write => &["s3:GetObject", "s3:PutObject"],
-        AccessMode::Read => &["s3:GetObject"],
-    };
+    let mut statements = vec![
+        json!({
+            "Effect": "Allow",
+            "Action": ["s3:GetObject"],
+            "Resource": [format!("arn:aws:s3:::{bucket}/{prefix}/*")],
+        }),
+        json!({
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket"],
+            "Resource": [format!("arn:aws:s3:::{bucket}")],
+            "Condition": {"StringLike": {"s3:prefix": [prefix, format!("{prefix}/*")]}},
+        }),
+    ];
+    if mode == AccessMode::Write {
+        statements.push(json!({
+            "Effect": "Allow",
+            "Action": ["s3:PutObject"],
+            "Resource": [
+                format!("arn:aws:s3:::{bucket}/{prefix}/data/*"),
+                format!("arn:aws:s3:::{bucket}/{prefix}/metadata/*.avro"),
+            ],
+        }));
+    }
     json!({
         "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Action": objects,
-                "Resource": [format!("arn:aws:s3:::{bucket}/{prefix}/*")],
-            },
-            {
-                "Effect": "Allow",
-                "Action": ["s3:ListBucket"],
-                "Resource": [format!("arn:aws:s3:::{bucket}")],
-                "Condition": {"StringLike": {"s3:prefix": [prefix, format!("{prefix}/*")]}},
-            },
-        ],
+        "Statement": statements,
     })
 }
 
@@ -186,8 +195,13 @@ mod tests {
         let policy = s3_prefix_policy("lake", "/warehouse/staging/upload_1/", AccessMode::Write);
         assert_eq!(
             policy.to_string(),
-            r#"{"Statement":[{"Action":["s3:GetObject","s3:PutObject"],"Effect":"Allow","Resource":["arn:aws:s3:::lake/warehouse/staging/upload_1/*"]},{"Action":["s3:ListBucket"],"Condition":{"StringLike":{"s3:prefix":["warehouse/staging/upload_1","warehouse/staging/upload_1/*"]}},"Effect":"Allow","Resource":["arn:aws:s3:::lake"]}],"Version":"2012-10-17"}"#
+            r#"{"Statement":[{"Action":["s3:GetObject"],"Effect":"Allow","Resource":["arn:aws:s3:::lake/warehouse/staging/upload_1/*"]},{"Action":["s3:ListBucket"],"Condition":{"StringLike":{"s3:prefix":["warehouse/staging/upload_1","warehouse/staging/upload_1/*"]}},"Effect":"Allow","Resource":["arn:aws:s3:::lake"]},{"Action":["s3:PutObject"],"Effect":"Allow","Resource":["arn:aws:s3:::lake/warehouse/staging/upload_1/data/*","arn:aws:s3:::lake/warehouse/staging/upload_1/metadata/*.avro"]}],"Version":"2012-10-17"}"#
         );
+        // No write reaches a metadata JSON file, and read keys write nothing.
+        let text = policy.to_string();
+        assert!(!text.contains("upload_1/metadata/*\"") && !text.contains("upload_1/*\",\"arn"));
+        let read = s3_prefix_policy("lake", "warehouse/staging/upload_1", AccessMode::Read);
+        assert!(!read.to_string().contains("PutObject"));
     }
 
     /// The longest names icestage produces, in the longest ARN AWS allows:

@@ -169,7 +169,7 @@ pub(super) async fn copy_on_cluster(
 ) -> Result<Vec<(SourceFile, Result<Vec<DataFile>>)>> {
     let job = CopyJob {
         uri: access.uri.clone(),
-        options: options.reading_pairs(),
+        options: crate::cluster::without_long_lived_keys(options.reading_pairs()),
         format: format.to_string(),
         target: Recipe::of(target, None)?,
         prefix: prefix.to_string(),

@@ -83,6 +83,11 @@ pub struct ServiceSettings {
     /// the `cluster` feature). Unset: in this process.
     #[serde(default)]
     pub cluster: Option<String>,
+    /// The file holding that cluster's shared secret (the session option
+    /// `icestage.cluster_secret_file`); unset: the file the environment
+    /// variable ICESTAGE_CLUSTER_SECRET_FILE names.
+    #[serde(default)]
+    pub cluster_secret_file: Option<std::path::PathBuf>,
     /// Whether this replica runs the catalogs' pipes (every replica may:
     /// one at a time per pipe). On by default.
     #[serde(default = "default_run_pipes")]

@@ -86,6 +86,13 @@ impl AppState {
                 .collect()
                 .await?;
         }
+        if let Some(file) = &config.service.cluster_secret_file {
+            let file = file.display().to_string().replace('\'', "''");
+            ctx.sql(&format!("SET icestage.cluster_secret_file = '{file}'"))
+                .await?
+                .collect()
+                .await?;
+        }
         let id_secret = match &config.service.id_secret {
             Some(secret) => secret.expose().as_bytes().to_vec(),
             None => rand::random::<[u8; 32]>().to_vec(),

@@ -196,7 +196,7 @@ async fn read_chunks(
 ) -> Result<Vec<(usize, Read)>> {
     let job = VerifyJob {
         plan: recipe.clone(),
-        io: io.config().props().clone(),
+        io: crate::cluster::without_long_lived_keys(io.config().props().clone()),
         chunks: chunks
             .iter()
             .map(|(index, groups, first)| {

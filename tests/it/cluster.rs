@@ -1,9 +1,11 @@
 //! PROMOTE's rule scans and CREATE DOWNLOAD's query on a Ballista cluster:
 //! the same findings and rows as in this process, on an in-process cluster
 //! and on a scheduler with two executor processes; an executor killed
-//! mid-job leaves a complete download or none.
+//! mid-job leaves a complete download or none; every port refuses a peer
+//! without the cluster's secret.
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,10 +78,18 @@ async fn findings(ctx: &SessionContext, id: &str) -> String {
     pretty_format_batches(&batches).unwrap().to_string()
 }
 
-async fn set_cluster(ctx: &SessionContext, url: &str) {
+/// Names the cluster at `url` in `ctx`, with its secret file (none for an
+/// in-process cluster, whose secret this process knows).
+async fn set_cluster(ctx: &SessionContext, url: &str, secret: Option<&Path>) {
     run(ctx, &format!("SET icestage.cluster = '{url}'"))
         .await
         .unwrap();
+    if let Some(secret) = secret {
+        let file = secret.display();
+        run(ctx, &format!("SET icestage.cluster_secret_file = '{file}'"))
+            .await
+            .unwrap();
+    }
 }
 
 /// A download's rows, as text, and what CREATE DOWNLOAD said of where it ran.
@@ -118,7 +128,7 @@ async fn download(ctx: &SessionContext) -> (String, String, String) {
 
 /// Runs the same promotions and download here and on `url`, and checks
 /// that they agree.
-async fn same_here_and_on(url: &str) {
+async fn same_here_and_on(url: &str, secret: Option<&Path>) {
     let warehouse = Warehouse::new();
     let ctx = warehouse.session().await;
     target(&ctx).await;
@@ -138,7 +148,7 @@ async fn same_here_and_on(url: &str) {
     assert!(here.contains("positive"), "{here}");
 
     let remote = warehouse.session().await;
-    set_cluster(&remote, url).await;
+    set_cluster(&remote, url, secret).await;
     let on_cluster = run(
         &remote,
         &format!("PROMOTE UPLOAD '{id}' WITH (dry_run = true)"),
@@ -253,7 +263,7 @@ fn on_cluster_stack<F: std::future::Future<Output = ()> + Send + 'static>(test: 
 fn an_in_process_cluster_gives_the_same_findings_and_rows() {
     on_cluster_stack(async {
         let url = icestage::processes::start_in_process(2, 2).await.unwrap();
-        same_here_and_on(&url).await;
+        same_here_and_on(&url, None).await;
     });
 }
 
@@ -289,6 +299,25 @@ impl Process {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Waits for the process to end by itself: its exit status and
+    /// standard error.
+    async fn ended(&mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // What it wrote last may still be on its way through the pipe.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                return (status, self.stderr());
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "still running after {timeout:?}; stderr:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     async fn wait_for(&self, needle: &str, timeout: Duration) {
         let start = Instant::now();
         while !self.stderr().contains(needle) {
@@ -317,37 +346,73 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A scheduler and two executor processes (one task at a time each, so the
-/// tasks spread), the first with `env`.
-async fn cluster(env: &[(&str, &str)]) -> (String, Process, Vec<Process>) {
-    let port = free_port();
-    let scheduler = format!("127.0.0.1:{port}");
-    let scheduler_process = Process::start(&["scheduler", "--bind", &scheduler], &[]);
+/// A new file holding a cluster secret `text`.
+fn secret_file(text: &str) -> PathBuf {
+    let path = tempfile::tempdir().unwrap().keep().join("cluster.secret");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A scheduler process on a free port, started with `secret`.
+fn scheduler(secret: &Path) -> (String, Process) {
+    let address = format!("127.0.0.1:{}", free_port());
+    let process = Process::start(
+        &[
+            "scheduler",
+            "--bind",
+            &address,
+            "--secret-file",
+            secret.to_str().unwrap(),
+        ],
+        &[],
+    );
+    (address, process)
+}
+
+/// An executor process of the scheduler at `scheduler` (one task at a time).
+fn executor(scheduler: &str, secret: Option<&Path>, env: &[(&str, &str)]) -> (String, Process) {
+    let bind = format!("127.0.0.1:{}", free_port());
+    let work = tempfile::tempdir().unwrap().keep();
+    let mut args = vec![
+        "executor",
+        "--scheduler",
+        scheduler,
+        "--bind",
+        &bind,
+        "--work-dir",
+        work.to_str().unwrap(),
+        "--concurrent-tasks",
+        "1",
+    ];
+    if let Some(secret) = secret {
+        args.extend(["--secret-file", secret.to_str().unwrap()]);
+    }
+    let process = Process::start(&args, env);
+    (bind, process)
+}
+
+/// A scheduler and two executor processes sharing a secret (one task at a
+/// time each, so the tasks spread), the first with `env`: the cluster's
+/// URL, its secret file and the processes.
+async fn cluster(env: &[(&str, &str)]) -> (String, PathBuf, Process, Vec<Process>) {
+    let secret = secret_file("a-secret-the-cluster-shares");
+    let (address, scheduler_process) = scheduler(&secret);
     let mut executors = vec![];
     for n in 0..2 {
-        let bind = format!("127.0.0.1:{}", free_port());
-        let work = tempfile::tempdir().unwrap().keep();
-        executors.push(Process::start(
-            &[
-                "executor",
-                "--scheduler",
-                &scheduler,
-                "--bind",
-                &bind,
-                "--work-dir",
-                work.to_str().unwrap(),
-                "--concurrent-tasks",
-                "1",
-            ],
-            if n == 0 { env } else { &[] },
-        ));
+        let env = if n == 0 { env } else { &[] };
+        executors.push(executor(&address, Some(&secret), env).1);
     }
     for executor in &executors {
         executor
             .wait_for("poll work loop", Duration::from_secs(60))
             .await;
     }
-    (format!("df://{scheduler}"), scheduler_process, executors)
+    (
+        format!("df://{address}"),
+        secret,
+        scheduler_process,
+        executors,
+    )
 }
 
 #[test]
@@ -356,8 +421,8 @@ fn a_scheduler_and_two_executor_processes_give_the_same_findings_and_rows() {
 }
 
 async fn two_executor_processes() {
-    let (url, _scheduler, executors) = cluster(&[]).await;
-    same_here_and_on(&url).await;
+    let (url, secret, _scheduler, executors) = cluster(&[]).await;
+    same_here_and_on(&url, Some(&secret)).await;
     for (n, executor) in executors.iter().enumerate() {
         let log = executor.stderr();
         assert!(
@@ -374,12 +439,13 @@ fn an_executor_killed_mid_job_leaves_a_whole_download_or_none() {
 
 async fn executor_killed_mid_job() {
     // The first executor stops inside its first scan; it is killed there.
-    let (url, _scheduler, mut executors) = cluster(&[("ICESTAGE_FAILPOINT", "cluster.scan")]).await;
+    let (url, secret, _scheduler, mut executors) =
+        cluster(&[("ICESTAGE_FAILPOINT", "cluster.scan")]).await;
     let warehouse = Warehouse::new();
     let ctx = warehouse.session().await;
     target(&ctx).await;
     let expected = scalar(&ctx, "SELECT count(*) FROM payments.transactions").await;
-    set_cluster(&ctx, &url).await;
+    set_cluster(&ctx, &url, Some(&secret)).await;
     let opened = run(
         &ctx,
         "CREATE DOWNLOAD AS SELECT * FROM payments.transactions",
@@ -441,4 +507,141 @@ async fn executor_killed_mid_job() {
     .unwrap();
     run(&ctx, &format!("DROP DOWNLOAD '{id}'")).await.unwrap();
     assert_eq!(of_download(), Vec::<std::path::PathBuf>::new());
+}
+
+/// What a download on the session's cluster ends as: its state and message,
+/// or the statement's error.
+async fn download_outcome(ctx: &SessionContext) -> String {
+    let opened = run(
+        ctx,
+        "CREATE DOWNLOAD WITH (wait = true) AS SELECT count(*) AS n FROM payments.transactions",
+    )
+    .await;
+    match opened {
+        Err(e) => e.to_string(),
+        Ok(opened) => {
+            let id = value(&opened, "download_id");
+            let ran_on = value(&opened, "ran_on");
+            let status = format!(
+                "SELECT state || ': ' || coalesce(message, '') FROM download_status('{id}')"
+            );
+            format!("{} (ran on {ran_on})", scalar(ctx, &status).await)
+        }
+    }
+}
+
+#[test]
+fn a_cluster_refuses_every_peer_without_its_secret() {
+    on_cluster_stack(peers_without_the_secret());
+}
+
+async fn peers_without_the_secret() {
+    use arrow_flight::Ticket;
+    use arrow_flight::flight_service_client::FlightServiceClient;
+    use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+    use ballista_core::serde::protobuf::{
+        ExecuteQueryParams, ExecutorRegistration, PollWorkParams,
+    };
+
+    let unset = [("ICESTAGE_CLUSTER_SECRET_FILE", "")];
+    // No secret, no scheduler and no executor.
+    let bind = format!("127.0.0.1:{}", free_port());
+    let mut bare = Process::start(&["scheduler", "--bind", &bind], &unset);
+    let (status, stderr) = bare.ended(Duration::from_secs(30)).await;
+    assert!(
+        !status.success() && stderr.contains("--secret-file"),
+        "{stderr}"
+    );
+
+    let secret = secret_file("the-cluster-s-own-secret\n");
+    let wrong = secret_file("somebody-else-s-secret");
+    let (address, _scheduler) = scheduler(&secret);
+    let mut bare = executor(&address, None, &unset).1;
+    let (status, stderr) = bare.ended(Duration::from_secs(30)).await;
+    assert!(
+        !status.success() && stderr.contains("--secret-file"),
+        "{stderr}"
+    );
+
+    // An executor with another secret cannot register: it is refused and stops.
+    let mut impostor = executor(&address, Some(&wrong), &[]).1;
+    let (status, stderr) = impostor.ended(Duration::from_secs(60)).await;
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("refused this executor") && stderr.contains("differs"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("poll work loop"), "{stderr}");
+
+    // The cluster's own executor is taken.
+    let (flight, member) = executor(&address, Some(&secret), &[]);
+    member
+        .wait_for("poll work loop", Duration::from_secs(60))
+        .await;
+
+    // Whoever speaks Ballista's gRPC without the secret can neither take
+    // work as an executor, nor submit a job, nor fetch an executor's files.
+    let unauthenticated = |status: tonic::Status| {
+        assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status}");
+        assert!(
+            status.message().contains("sent no cluster secret"),
+            "{status}"
+        );
+    };
+    let mut raw = SchedulerGrpcClient::connect(format!("http://{address}"))
+        .await
+        .unwrap();
+    let polled = raw
+        .poll_work(PollWorkParams {
+            metadata: Some(ExecutorRegistration {
+                id: "impostor".to_string(),
+                host: Some("127.0.0.1".to_string()),
+                port: 1,
+                grpc_port: 1,
+                specification: None,
+                os_info: None,
+            }),
+            num_free_slots: 4,
+            task_status: vec![],
+        })
+        .await;
+    unauthenticated(polled.unwrap_err());
+    let submitted = raw.execute_query(ExecuteQueryParams::default()).await;
+    unauthenticated(submitted.unwrap_err());
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{flight}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut shuffle = FlightServiceClient::new(channel);
+    let fetched = shuffle
+        .do_get(Ticket {
+            ticket: b"any job's partition".to_vec().into(),
+        })
+        .await;
+    unauthenticated(fetched.unwrap_err());
+
+    // A client session without the secret, or with another, submits nothing.
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    target(&ctx).await;
+    let url = format!("df://{address}");
+    set_cluster(&ctx, &url, None).await;
+    let outcome = download_outcome(&ctx).await;
+    assert!(outcome.contains("needs the cluster's secret"), "{outcome}");
+    set_cluster(&ctx, &url, Some(&wrong)).await;
+    let outcome = download_outcome(&ctx).await;
+    assert!(
+        outcome.contains("refused this client") && outcome.contains("differs"),
+        "{outcome}"
+    );
+    assert!(!member.stderr().contains("Done with task"));
+    // With it, the same download runs there.
+    set_cluster(&ctx, &url, Some(&secret)).await;
+    let outcome = download_outcome(&ctx).await;
+    assert!(
+        outcome.starts_with("ready: ") && outcome.ends_with(&format!("(ran on {url})")),
+        "{outcome}"
+    );
+    assert!(member.stderr().contains("Done with task"));
 }

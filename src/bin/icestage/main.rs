@@ -77,6 +77,10 @@ enum Subcommand {
         /// Address to listen on; clients use `SET icestage.cluster = 'df://HOST:PORT'`.
         #[arg(long, default_value = "127.0.0.1:50050")]
         bind: std::net::SocketAddr,
+        /// File holding the cluster's shared secret (else the file
+        /// ICESTAGE_CLUSTER_SECRET_FILE names): callers without it are refused.
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
     },
     /// Run a Ballista executor with icestage's codecs (needs the `cluster`
     /// feature). Scheduler, executors and clients must be the same icestage
@@ -95,6 +99,10 @@ enum Subcommand {
         /// Tasks run at once (0: one per core).
         #[arg(long, default_value_t = 0)]
         concurrent_tasks: usize,
+        /// File holding the cluster's shared secret (else the file
+        /// ICESTAGE_CLUSTER_SECRET_FILE names), the scheduler's.
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
     },
 }
 
@@ -172,6 +180,23 @@ async fn main_async() -> ExitCode {
     }
 }
 
+/// The cluster's secret a scheduler or executor is started with: there is
+/// no cluster without one.
+#[cfg(feature = "cluster")]
+fn cluster_secret(
+    role: &str,
+    file: Option<&std::path::Path>,
+) -> icestage::Result<icestage::processes::ClusterSecret> {
+    icestage::processes::ClusterSecret::from_file_or_env(file)?.ok_or_else(|| {
+        icestage::Error::Config(format!(
+            "icestage {role} needs the cluster's secret, shared by the scheduler, every executor \
+             and every client: --secret-file PATH or {}=PATH (make one with `head -c 32 \
+             /dev/urandom | base64 > cluster.secret`)",
+            icestage::processes::SECRET_FILE_VARIABLE
+        ))
+    })
+}
+
 async fn run(args: Args) -> icestage::Result<ExitCode> {
     match &args.command {
         Some(Subcommand::Serve { config }) => {
@@ -179,10 +204,11 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         #[cfg(feature = "cluster")]
-        Some(Subcommand::Scheduler { bind }) => {
+        Some(Subcommand::Scheduler { bind, secret_file }) => {
+            let secret = cluster_secret("scheduler", secret_file.as_deref())?;
             log_tasks();
             eprintln!("icestage scheduler listening on {bind}");
-            icestage::processes::run_scheduler(*bind).await?;
+            icestage::processes::run_scheduler(*bind, secret).await?;
             return Ok(ExitCode::SUCCESS);
         }
         #[cfg(feature = "cluster")]
@@ -191,7 +217,9 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
             bind,
             work_dir,
             concurrent_tasks,
+            secret_file,
         }) => {
+            let secret = cluster_secret("executor", secret_file.as_deref())?;
             log_tasks();
             eprintln!("icestage executor on {bind}, scheduler {scheduler}");
             icestage::processes::run_executor(icestage::processes::ExecutorOptions {
@@ -199,6 +227,7 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
                 bind: *bind,
                 work_dir: work_dir.as_ref().map(|d| d.display().to_string()),
                 concurrent_tasks: *concurrent_tasks,
+                secret,
             })
             .await?;
             return Ok(ExitCode::SUCCESS);
