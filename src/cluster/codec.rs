@@ -257,6 +257,7 @@ mod tests {
                 "s3://warehouse/payments/transactions/metadata/00003-x.metadata.json".to_string(),
             snapshot_id: Some(7),
             file_io: HashMap::from([("s3.region".to_string(), "eu-west-1".to_string())]),
+            files: None,
         }
     }
 

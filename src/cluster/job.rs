@@ -134,17 +134,6 @@ pub(crate) async fn run_for_items<A: Answer>(
     Ok(slots)
 }
 
-/// The share of `items` partition `partition` of `partitions` takes: every
-/// `partitions`-th, with its index.
-pub(crate) fn share<T: Clone>(items: &[T], partition: usize, partitions: usize) -> Vec<(usize, T)> {
-    items
-        .iter()
-        .cloned()
-        .enumerate()
-        .filter(|(k, _)| k % partitions.max(1) == partition)
-        .collect()
-}
-
 /// A job as a table the cluster can plan.
 #[derive(Debug)]
 pub(crate) struct JobTable(pub(crate) Arc<dyn Job>);
@@ -310,16 +299,5 @@ mod tests {
             error.contains("test.sized") && error.contains("icestage.cluster = ''"),
             "{error}"
         );
-    }
-
-    #[test]
-    fn shares_cover_every_item_once() {
-        let items: Vec<usize> = (0..10).collect();
-        let mut seen: Vec<usize> = (0..3)
-            .flat_map(|p| share(&items, p, 3))
-            .map(|(i, _)| i)
-            .collect();
-        seen.sort();
-        assert_eq!(seen, items);
     }
 }

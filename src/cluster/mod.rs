@@ -23,7 +23,6 @@ mod codec;
 mod job;
 #[cfg(feature = "cluster")]
 mod process;
-#[cfg(feature = "cluster")]
 mod recipe;
 #[cfg(feature = "cluster")]
 mod write;
@@ -33,15 +32,16 @@ pub use auth::{ClusterSecret, SECRET_FILE_VARIABLE};
 #[cfg(feature = "cluster")]
 pub use codec::{IcestageLogicalCodec, IcestagePhysicalCodec};
 #[cfg(feature = "cluster")]
-pub(crate) use job::{Answer, decode_message, encode_message, run_for_items, share};
+pub(crate) use job::{Answer, decode_message, encode_message, run_for_items};
 #[cfg(feature = "cluster")]
 pub use job::{Job, JobDecoder, Jobs};
 #[cfg(feature = "cluster")]
 pub use process::ExecutorOptions;
 #[cfg(feature = "cluster")]
 pub(crate) use process::{run_executor, run_scheduler, start_in_process};
+pub(crate) use recipe::{PinnedFile, Recipe, RecipeTable};
 #[cfg(feature = "cluster")]
-pub(crate) use recipe::{Recipe, RecipeTable, file_io, without_long_lived_keys};
+pub(crate) use recipe::{file_io, share, without_long_lived_keys};
 #[cfg(feature = "cluster")]
 pub(crate) use write::write_on_cluster;
 

@@ -8,6 +8,11 @@
 //! checks stop a table that did not resolve from reading as empty: every
 //! executor must plan as many files as the scheduler did, and every
 //! partition must read as many rows as its files' manifests record.
+//!
+//! A recipe can instead pin exactly the files to read ([`Recipe::pinned`]):
+//! a promotion's rules read the files its verification read (the copies,
+//! where it made copies), never the staged ones again. Pinned recipes read
+//! the same here and on a cluster.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -43,9 +48,20 @@ pub(crate) struct Recipe {
     pub(crate) metadata_location: String,
     /// The snapshot read; `None` for a table without one (reads nothing).
     pub(crate) snapshot_id: Option<i64>,
-    /// The file IO's properties (storage endpoint, region; credentials only
-    /// temporary ones, see [`without_long_lived_keys`]).
+    /// The file IO's properties (storage endpoint, region, credentials; on
+    /// the way to a cluster only temporary ones, see [`Recipe::travelling`]).
     pub(crate) file_io: HashMap<String, String>,
+    /// Exactly these data files, read whole, instead of the snapshot's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) files: Option<Vec<PinnedFile>>,
+}
+
+/// A data file a pinned recipe reads: where, how many bytes, how many rows.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub(crate) struct PinnedFile {
+    pub(crate) path: String,
+    pub(crate) bytes: u64,
+    pub(crate) rows: u64,
 }
 
 /// Hashed by what names the snapshot (the file-IO properties are a map).
@@ -53,16 +69,26 @@ impl std::hash::Hash for Recipe {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.metadata_location.hash(state);
         self.snapshot_id.hash(state);
+        self.files.hash(state);
     }
 }
 
 impl Recipe {
-    /// The recipe of `table` at `snapshot_id` (its current snapshot when `None`).
+    /// The recipe of `table` at `snapshot_id` (its current snapshot when
+    /// `None`) as it leaves for a cluster: without long-lived keys.
+    #[cfg(feature = "cluster")]
     pub(crate) fn of(table: &Table, snapshot_id: Option<i64>) -> Result<Self> {
+        Ok(Self::described(table, snapshot_id, table.file_io())?.travelling())
+    }
+
+    fn described(
+        table: &Table,
+        snapshot_id: Option<i64>,
+        io: &iceberg::io::FileIO,
+    ) -> Result<Self> {
         let metadata_location = table.metadata_location().ok_or_else(|| {
             Error::invalid(format!(
-                "table {} has no metadata file, so a cluster cannot read it: run the statement \
-                 without icestage.cluster",
+                "table {} has no metadata file, so it cannot be read from a recipe",
                 table.identifier()
             ))
         })?;
@@ -70,8 +96,32 @@ impl Recipe {
             table: table.identifier().to_string(),
             metadata_location: metadata_location.to_string(),
             snapshot_id: snapshot_id.or_else(|| table.metadata().current_snapshot_id()),
-            file_io: without_long_lived_keys(table.file_io().config().props().clone()),
+            file_io: io.config().props().clone(),
+            files: None,
         })
+    }
+
+    /// `table`'s schema over exactly `files` (read whole, sorted by path,
+    /// each checked to hold the rows given), reached with `io` (its keys
+    /// kept: [`Recipe::travelling`] drops them before a cluster sees it).
+    pub(crate) fn pinned(
+        table: &Table,
+        files: impl IntoIterator<Item = PinnedFile>,
+        io: &iceberg::io::FileIO,
+    ) -> Result<Self> {
+        let mut files: Vec<PinnedFile> = files.into_iter().collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(Self {
+            files: Some(files),
+            ..Self::described(table, None, io)?
+        })
+    }
+
+    /// This recipe as it may leave the process: without long-lived keys.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn travelling(mut self) -> Self {
+        self.file_io = without_long_lived_keys(self.file_io);
+        self
     }
 
     /// Opens the table the recipe names, read-only.
@@ -100,6 +150,9 @@ impl Recipe {
         table: &Table,
         columns: &[String],
     ) -> Result<Vec<FileScanTask>> {
+        if let Some(files) = &self.files {
+            return self.pinned_tasks(table, files, columns);
+        }
         let Some(snapshot) = self.snapshot_id else {
             return Ok(vec![]);
         };
@@ -116,11 +169,64 @@ impl Recipe {
     }
 }
 
+impl Recipe {
+    /// Whole-file tasks for `files`, projecting `columns` of the table's
+    /// current schema.
+    fn pinned_tasks(
+        &self,
+        table: &Table,
+        files: &[PinnedFile],
+        columns: &[String],
+    ) -> Result<Vec<FileScanTask>> {
+        let schema = Arc::clone(table.metadata().current_schema());
+        let ids = columns
+            .iter()
+            .map(|name| {
+                schema
+                    .field_by_name(name)
+                    .map(|f| f.id)
+                    .ok_or_else(|| Error::invalid(format!("{} has no column '{name}'", self.table)))
+            })
+            .collect::<Result<Vec<i32>>>()?;
+        Ok(files
+            .iter()
+            .map(|file| FileScanTask {
+                file_size_in_bytes: file.bytes,
+                start: 0,
+                length: file.bytes,
+                record_count: Some(file.rows),
+                data_file_path: file.path.clone(),
+                data_file_format: iceberg::spec::DataFileFormat::Parquet,
+                schema: Arc::clone(&schema),
+                project_field_ids: ids.clone(),
+                predicate: None,
+                deletes: vec![],
+                partition: None,
+                partition_spec: None,
+                name_mapping: None,
+                case_sensitive: true,
+            })
+            .collect())
+    }
+}
+
+/// The share of `items` partition `partition` of `partitions` takes: every
+/// `partitions`-th, with its index.
+pub(crate) fn share<T: Clone>(items: &[T], partition: usize, partitions: usize) -> Vec<(usize, T)> {
+    items
+        .iter()
+        .cloned()
+        .enumerate()
+        .filter(|(k, _)| k % partitions.max(1) == partition)
+        .collect()
+}
+
 /// Storage properties as a plan or job carries them to executors: without
 /// long-lived keys. Keys travel only with their session token (temporary
 /// credentials, which expire); otherwise every executor reaches storage
 /// with its own credentials (its environment, profile or instance role),
 /// as any other process of the deployment would.
+#[cfg(feature = "cluster")]
 pub(crate) fn without_long_lived_keys<C: FromIterator<(String, String)>>(
     properties: impl IntoIterator<Item = (String, String)>,
 ) -> C {
@@ -166,8 +272,13 @@ pub(crate) struct RecipeTable {
 
 impl RecipeTable {
     /// `table` at `snapshot_id` (its current snapshot when `None`).
+    #[cfg(feature = "cluster")]
     pub(crate) fn new(table: &Table, snapshot_id: Option<i64>) -> Result<Self> {
-        let recipe = Recipe::of(table, snapshot_id)?;
+        Self::of_recipe(table, Recipe::of(table, snapshot_id)?)
+    }
+
+    /// `recipe`, a recipe of `table`, as a table.
+    pub(crate) fn of_recipe(table: &Table, recipe: Recipe) -> Result<Self> {
         let schema = recipe.arrow_schema(table)?;
         Ok(Self { recipe, schema })
     }
@@ -339,7 +450,7 @@ async fn read_partition(
             ),
         ))));
     }
-    let mine: Vec<FileScanTask> = super::job::share(&tasks, partition, partitions)
+    let mine: Vec<FileScanTask> = share(&tasks, partition, partitions)
         .into_iter()
         .map(|(_, t)| t)
         .collect();
@@ -462,12 +573,25 @@ fn conform(batch: &RecordBatch, schema: &SchemaRef) -> DFResult<RecordBatch> {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "cluster")]
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     }
 
+    #[test]
+    fn shares_cover_every_item_once() {
+        let items: Vec<usize> = (0..10).collect();
+        let mut seen: Vec<usize> = (0..3)
+            .flat_map(|p| share(&items, p, 3))
+            .map(|(i, _)| i)
+            .collect();
+        seen.sort();
+        assert_eq!(seen, items);
+    }
+
+    #[cfg(feature = "cluster")]
     #[test]
     fn long_lived_keys_never_travel() {
         let static_keys = pairs(&[

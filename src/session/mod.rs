@@ -78,13 +78,20 @@ pub(crate) struct SessionRecord<S> {
 /// A named point in a promotion where a test can stop the process:
 /// with `ICESTAGE_FAILPOINT=<name>` set, reaching it prints
 /// `failpoint <name> reached` on stderr and blocks until the process is
-/// killed. Compiled into debug builds only (the test profile).
+/// killed, or, with `ICESTAGE_FAILPOINT_RESUME=<file>` set too, until that
+/// file exists (a test acts in between). Compiled into debug builds only
+/// (the test profile).
 pub(crate) fn failpoint(name: &str) {
     #[cfg(debug_assertions)]
     if std::env::var("ICESTAGE_FAILPOINT").is_ok_and(|v| v == name) {
         eprintln!("failpoint {name} reached");
+        let resume = std::env::var_os("ICESTAGE_FAILPOINT_RESUME");
         loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
+            match &resume {
+                Some(file) if std::path::Path::new(file).exists() => return,
+                Some(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+                None => std::thread::sleep(std::time::Duration::from_secs(3600)),
+            }
         }
     }
     #[cfg(not(debug_assertions))]

@@ -20,10 +20,10 @@ use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
 use super::Staging;
 use super::findings::Finding;
 use super::validation::{
-    FINDINGS_PER_RULE, VALIDATION_MEMORY, Validation, Verify, key_text, named, values_json,
+    FINDINGS_PER_RULE, VALIDATION_MEMORY, Validation, key_text, named, values_json,
 };
 use crate::catalog::provider::table_provider;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Recipe, RecipeTable};
 use crate::error::{Error, Result};
 use crate::tables::rules::PlannedCheck;
 
@@ -155,13 +155,13 @@ pub(crate) async fn evaluate_unique(
     target: &Table,
     name: &str,
     columns: &[String],
-    verify: Verify,
+    verified: Option<&Recipe>,
     cluster: Option<&Cluster>,
     validation: &mut Validation,
 ) -> Result<()> {
     let ctx = match cluster {
-        Some(cluster) => unique_on_cluster(cluster, staging, target).await?,
-        None => unique_here(staging, target, verify).await?,
+        Some(cluster) => unique_on_cluster(cluster, staging, target, verified).await?,
+        None => unique_here(staging, target, verified).await?,
     };
     validation.cluster = cluster.cloned();
     let list = |alias: &str| {
@@ -245,7 +245,11 @@ pub(crate) async fn evaluate_unique(
 
 /// The session the uniqueness queries run in here: bounded memory (they
 /// spill), the staged side unpruned when bytes are verified.
-async fn unique_here(staging: &Staging, target: &Table, verify: Verify) -> Result<SessionContext> {
+async fn unique_here(
+    staging: &Staging,
+    target: &Table,
+    verified: Option<&Recipe>,
+) -> Result<SessionContext> {
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_limit(VALIDATION_MEMORY, 1.0)
         .build_arc()?;
@@ -265,12 +269,11 @@ async fn unique_here(staging: &Staging, target: &Table, verify: Verify) -> Resul
                 })
         }
     };
-    let staged = provider(&staging.table).await?;
-    // The staged side's file pruning would believe the client's manifest
-    // metrics (a file claiming only NULL keys would be skipped).
-    let staged: Arc<dyn TableProvider> = match verify {
-        Verify::Bytes => Arc::new(NoPushdown(staged)),
-        Verify::Metadata => staged,
+    // Verified: exactly the files verification read (never pruned by the
+    // client's metrics); otherwise the staging table as its metadata says.
+    let staged: Arc<dyn TableProvider> = match verified {
+        Some(recipe) => Arc::new(RecipeTable::of_recipe(&staging.table, recipe.clone())?),
+        None => provider(&staging.table).await?,
     };
     ctx.register_table("staged", staged)?;
     ctx.register_table("target", provider(target).await?)?;
@@ -278,16 +281,21 @@ async fn unique_here(staging: &Staging, target: &Table, verify: Verify) -> Resul
 }
 
 /// The session the uniqueness queries run in on a cluster: both tables as
-/// recipes of their current snapshots (never pruned by the client's metrics).
+/// recipes (never pruned by the client's metrics), the staged side exactly
+/// the files verification read.
 #[cfg(feature = "cluster")]
 async fn unique_on_cluster(
     cluster: &Cluster,
     staging: &Staging,
     target: &Table,
+    verified: Option<&Recipe>,
 ) -> Result<SessionContext> {
-    use crate::cluster::RecipeTable;
     let ctx = cluster.context().await?;
-    ctx.register_table("staged", Arc::new(RecipeTable::new(&staging.table, None)?))?;
+    let staged = match verified {
+        Some(recipe) => RecipeTable::of_recipe(&staging.table, recipe.clone().travelling())?,
+        None => RecipeTable::new(&staging.table, None)?,
+    };
+    ctx.register_table("staged", Arc::new(staged))?;
     ctx.register_table("target", Arc::new(RecipeTable::new(target, None)?))?;
     Ok(ctx)
 }
@@ -297,36 +305,7 @@ async fn unique_on_cluster(
     cluster: &Cluster,
     _staging: &Staging,
     _target: &Table,
+    _verified: Option<&Recipe>,
 ) -> Result<SessionContext> {
     Err(cluster.unavailable())
-}
-
-/// A table whose filters DataFusion evaluates itself: none reach the
-/// scan, so no file or row group is skipped on the strength of its metrics.
-#[derive(Debug)]
-pub(crate) struct NoPushdown(Arc<dyn TableProvider>);
-
-#[async_trait::async_trait]
-impl TableProvider for NoPushdown {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn schema(&self) -> datafusion::arrow::datatypes::SchemaRef {
-        self.0.schema()
-    }
-
-    fn table_type(&self) -> datafusion::datasource::TableType {
-        self.0.table_type()
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn datafusion::catalog::Session,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        limit: Option<usize>,
-    ) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
-        self.0.scan(state, projection, &[], limit).await
-    }
 }

@@ -26,7 +26,9 @@ use iceberg::table::Table;
 
 use super::validate::validate;
 pub use super::validation::TransferPath;
-use super::validation::{Validation, Verify, load_target, transfer_path};
+use super::validation::{
+    Validation, Verify, copies_first, load_target, transfer_path, verified_files,
+};
 use super::{
     SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
     findings, promoted_snapshot, transfer,
@@ -34,6 +36,7 @@ use super::{
 use crate::catalog::Icestage;
 use crate::catalog::Removal;
 use crate::catalog::commit::{append_once, summary_count};
+use crate::catalog::confine::delete_within;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::rows::result_row;
@@ -294,11 +297,12 @@ async fn promote_claimed(
 ) -> Result<Promotion> {
     let id = staging.id.clone();
     let path = transfer_path(staging, target);
+    let copied = copies_first(staging, path);
     let validation = validate(
         staging,
         target,
         options.verify,
-        path == TransferPath::Copy,
+        copied,
         options.cluster.as_ref(),
     )
     .await?;
@@ -344,7 +348,19 @@ async fn promote_claimed(
         // Verified from the bytes, with metrics from what was read (the
         // copies, on the copy path).
         TransferPath::ZeroCopy | TransferPath::Copy => validation.files,
-        _ => transfer::rewrite(staging, target).await?,
+        // Rewritten from exactly the files verified (copies where a
+        // client's keys could reach the staged ones), which then go.
+        _ => {
+            let verified = verified_files(staging, target, &validation.files, copied)?;
+            let rewritten = transfer::rewrite(staging, target, verified).await;
+            if copied {
+                let location = target.metadata().location();
+                for copy in &validation.files {
+                    delete_within(target.file_io(), copy.file_path(), location).await;
+                }
+            }
+            rewritten?
+        }
     };
     let files = data_files.len() as i64;
     let forged = staging.evidence().forged_in(target);

@@ -9,8 +9,10 @@
 //!   duplicates.
 //! * [`rewrite`] (`path = rewrite`): when the catalog renumbered the staging
 //!   table's field ids (S3 Tables has no way to register metadata), the rows
-//!   are read by column name, batch by batch, and written as new files with
-//!   the target's schema and partition spec.
+//!   are read by column name, batch by batch, from exactly the files
+//!   verification read (copies in the target's storage wherever a client's
+//!   keys could still reach the staged objects), and written as new files
+//!   with the target's schema and partition spec.
 //!
 //! Either way the new files are then registered with the same guarded
 //! `fast_append` as the zero-copy path.
@@ -21,6 +23,7 @@ use iceberg::table::Table;
 
 use super::Staging;
 use crate::catalog::writer::write_rows;
+use crate::cluster::{Recipe, RecipeTable};
 use crate::error::{Error, Result};
 
 /// Bytes per range request while copying a file.
@@ -82,7 +85,11 @@ pub(crate) async fn copy_files(
 
 /// Reads the staged rows by column name and writes them as new files of the
 /// target (its schema, field ids and partition spec).
-pub(crate) async fn rewrite(staging: &Staging, target: &Table) -> Result<Vec<DataFile>> {
+pub(crate) async fn rewrite(
+    staging: &Staging,
+    target: &Table,
+    verified: Recipe,
+) -> Result<Vec<DataFile>> {
     let names: Vec<String> = target
         .metadata()
         .current_schema()
@@ -91,12 +98,12 @@ pub(crate) async fn rewrite(staging: &Staging, target: &Table) -> Result<Vec<Dat
         .iter()
         .map(|f| f.name.clone())
         .collect();
-    let rows = staging
-        .table
-        .scan()
-        .select(names.iter().map(String::as_str))
-        .build()?
-        .to_arrow()
+    let staged = RecipeTable::of_recipe(&staging.table, verified)?;
+    let ctx = datafusion::prelude::SessionContext::new();
+    let rows = ctx
+        .read_table(std::sync::Arc::new(staged))?
+        .select_columns(&names.iter().map(String::as_str).collect::<Vec<_>>())?
+        .execute_stream()
         .await?
         .map_err(Error::from);
     write_rows(target, &format!("icestage-{}", staging.id), rows).await

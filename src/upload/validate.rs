@@ -21,7 +21,7 @@ use iceberg::table::Table;
 
 use super::drift::{Matching, inspect_metadata, required_nulls};
 use super::enforce::{evaluate_checks, evaluate_unique};
-use super::validation::{Validation, Verify, load_target};
+use super::validation::{Validation, Verify, load_target, verified_files};
 use super::{Staging, UploadId, find_staging};
 use crate::catalog::Icestage;
 use crate::catalog::commit::summary_count;
@@ -129,6 +129,18 @@ pub(crate) async fn validate(
             }
         }
     }
+    crate::session::failpoint("validate.after-verification");
+    // Verified from the bytes, the UNIQUE rules read the files verification
+    // read: the copies where it made copies, at their stored sizes.
+    let verified = match verify {
+        Verify::Bytes => Some(verified_files(
+            staging,
+            target,
+            &validation.files,
+            copy_first,
+        )?),
+        Verify::Metadata => None,
+    };
     for rule in &rules {
         if let Rule::Unique { name, columns } = rule {
             evaluate_unique(
@@ -136,7 +148,7 @@ pub(crate) async fn validate(
                 target,
                 name,
                 columns,
-                verify,
+                verified.as_ref(),
                 cluster,
                 &mut validation,
             )

@@ -16,7 +16,7 @@ use iceberg::table::Table;
 use super::drift::{Matching, schema_drift};
 use super::findings::Finding;
 use super::{Staging, is_missing};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, PinnedFile, Recipe};
 use crate::error::{Error, Result};
 use crate::tables::rules::Rule;
 
@@ -209,6 +209,39 @@ pub(crate) fn transfer_path(staging: &Staging, target: &Table) -> TransferPath {
         (true, false) => TransferPath::Copy,
         (false, _) => TransferPath::Rewrite,
     }
+}
+
+/// Whether verification reads copies made in the target's storage rather
+/// than the staged files: wherever a client's keys may still reach the
+/// staged objects (every warehouse but a local one), so that the rules, the
+/// rewrite and the commit see exactly the bytes verified.
+pub(crate) fn copies_first(staging: &Staging, path: TransferPath) -> bool {
+    match path {
+        TransferPath::Copy => true,
+        TransferPath::Rewrite => !staging.catalog.zero_copy_safe(),
+        _ => false,
+    }
+}
+
+/// Exactly `files`, the files verification read (the copies in the
+/// target's storage when `copied`), with the staging table's schema.
+pub(crate) fn verified_files(
+    staging: &Staging,
+    target: &Table,
+    files: &[DataFile],
+    copied: bool,
+) -> Result<Recipe> {
+    let io = if copied {
+        target.file_io()
+    } else {
+        staging.table.file_io()
+    };
+    let files = files.iter().map(|f| PinnedFile {
+        path: f.file_path().to_string(),
+        bytes: f.file_size_in_bytes(),
+        rows: f.record_count(),
+    });
+    Recipe::pinned(&staging.table, files, io)
 }
 
 /// The target `staging` names, loaded; a missing one says what becomes of

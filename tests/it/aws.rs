@@ -121,6 +121,45 @@ fn s3tables_config(moto: &Moto, bucket_arn: &str) -> IcestageConfig {
     }
 }
 
+/// A SQL catalog in `dir` whose warehouse is on the emulator's S3
+/// (`s3://warehouse-bucket/lake`, a bucket the caller creates).
+fn s3_warehouse(moto: &Moto, dir: &std::path::Path) -> IcestageConfig {
+    let mut config: std::collections::BTreeMap<String, String> =
+        aws_config(moto).into_iter().collect();
+    config.insert(
+        "uri".into(),
+        format!("sqlite:{}/catalog.db?mode=rwc", dir.display()),
+    );
+    config.insert("warehouse".into(), "s3://warehouse-bucket/lake".into());
+    IcestageConfig {
+        default_catalog: None,
+        catalogs: vec![CatalogConfig {
+            name: "lake".into(),
+            kind: "sql".into(),
+            config,
+        }],
+        limits: Default::default(),
+    }
+}
+
+/// An upload into `payments.transactions` and write keys vended for it:
+/// its id, its staging table and what `vend_credentials` answered.
+async fn upload_with_write_keys(
+    ctx: &SessionContext,
+) -> (String, String, Vec<datafusion::arrow::array::RecordBatch>) {
+    let upload = run(ctx, "CREATE UPLOAD FOR payments.transactions")
+        .await
+        .unwrap();
+    let id = value(&upload, "upload_id");
+    let vended = run(
+        ctx,
+        &format!("SELECT * FROM vend_credentials('{id}', 'write', '30m')"),
+    )
+    .await
+    .unwrap();
+    (id, value(&upload, "staging_table"), vended)
+}
+
 async fn session(config: IcestageConfig) -> SessionContext {
     let ctx = SessionContext::new();
     icestage::register(&ctx, config).await.expect("register");
@@ -373,36 +412,10 @@ async fn pyiceberg_appends_with_vended_credentials_on_an_s3_warehouse() {
         &["create-bucket", &moto.endpoint, "warehouse-bucket"],
     );
     let dir = tempfile::tempdir().unwrap();
-    let mut config: std::collections::BTreeMap<String, String> =
-        aws_config(&moto).into_iter().collect();
-    config.insert(
-        "uri".into(),
-        format!("sqlite:{}/catalog.db?mode=rwc", dir.path().display()),
-    );
-    config.insert("warehouse".into(), "s3://warehouse-bucket/lake".into());
-    let config = IcestageConfig {
-        default_catalog: None,
-        catalogs: vec![CatalogConfig {
-            name: "lake".into(),
-            kind: "sql".into(),
-            config,
-        }],
-        limits: Default::default(),
-    };
-    let ctx = session(config).await;
+    let ctx = session(s3_warehouse(&moto, dir.path())).await;
     run(&ctx, "CREATE SCHEMA payments").await.unwrap();
     run(&ctx, TARGET).await.unwrap();
-    let upload = run(&ctx, "CREATE UPLOAD FOR payments.transactions")
-        .await
-        .unwrap();
-    let id = value(&upload, "upload_id");
-    let staging = value(&upload, "staging_table");
-    let vended = run(
-        &ctx,
-        &format!("SELECT * FROM vend_credentials('{id}', 'write', '30m')"),
-    )
-    .await
-    .unwrap();
+    let (id, staging, vended) = upload_with_write_keys(&ctx).await;
     let connection = value(&vended, "connection");
     let properties: serde_json::Value = serde_json::from_str(&connection).unwrap();
     assert_eq!(
@@ -459,4 +472,98 @@ async fn the_s3_tables_example_runs_on_the_emulator() {
         "{stdout}"
     );
     assert!(!stdout.contains("secret"), "{stdout}");
+}
+
+/// A staged object replaced between verification and the rules (the
+/// client's keys still reach it, and the padding keeps its stored size)
+/// changes nothing: UNIQUE reads the copies verification read, so the key
+/// already in the target is found and nothing lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_read_the_copies_verification_read_not_the_staged_objects() {
+    let moto = Moto::start();
+    python_script(
+        "aws_setup.py",
+        &["create-bucket", &moto.endpoint, "warehouse-bucket"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = s3_warehouse(&moto, dir.path());
+    let config_file = dir.path().join("catalogs.toml");
+    let mut text =
+        String::from("[[catalogs]]\nname = \"lake\"\ntype = \"sql\"\n\n[catalogs.config]\n");
+    for (key, value) in &config.catalogs[0].config {
+        text.push_str(&format!("{key:?} = {value:?}\n"));
+    }
+    std::fs::write(&config_file, text).unwrap();
+    let ctx = session(config).await;
+    run(&ctx, "CREATE SCHEMA payments").await.unwrap();
+    run(&ctx, TARGET).await.unwrap();
+    run(
+        &ctx,
+        "ALTER TABLE payments.transactions ADD CONSTRAINT one_row_per_txn UNIQUE (transaction_id)",
+    )
+    .await
+    .unwrap();
+    run(
+        &ctx,
+        "INSERT INTO payments.transactions VALUES \
+         ('txn_000', 'acct_0', 1, TIMESTAMP '2026-07-01T00:00:00Z')",
+    )
+    .await
+    .unwrap();
+    let (id, staging, vended) = upload_with_write_keys(&ctx).await;
+    let connection = value(&vended, "connection");
+    // txn_000, txn_001, txn_002: the first is already in the target.
+    python_script(
+        "pyiceberg_client.py",
+        &["append", &connection, &staging, "3"],
+    );
+
+    let resume = dir.path().join("resume");
+    let mut promote = Command::new(env!("CARGO_BIN_EXE_icestage"))
+        .arg("--catalog-config")
+        .arg(&config_file)
+        .args(["-c", &format!("PROMOTE UPLOAD '{id}'")])
+        .env("ICESTAGE_FAILPOINT", "validate.after-verification")
+        .env("ICESTAGE_FAILPOINT_RESUME", &resume)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, seen) = mpsc::channel();
+    let stderr = promote.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut said = vec![];
+    while !said
+        .iter()
+        .any(|l: &String| l.contains("failpoint validate.after-verification reached"))
+    {
+        match seen.recv_timeout(Duration::from_secs(120)) {
+            Ok(line) => said.push(line),
+            Err(e) => panic!("the promotion did not reach verification's end ({e}): {said:?}"),
+        }
+    }
+    let replaced = python_script(
+        "hostile_client.py",
+        &["replace-same-size", &connection, &staging],
+    );
+    assert!(replaced.contains("\"rows\": 3"), "{replaced}");
+    std::fs::write(&resume, b"").unwrap();
+    let status = promote.wait().unwrap();
+    said.extend(seen.try_iter());
+    let said = said.join("\n");
+    assert!(!status.success(), "the promotion passed:\n{said}");
+    assert!(
+        said.contains("one_row_per_txn") && said.contains("fails for 1 row(s)"),
+        "{said}"
+    );
+    let findings = format!("SELECT \"values\" FROM upload_findings('{id}')");
+    assert!(scalar(&ctx, &findings).await.contains("txn_000"));
+    assert_eq!(
+        scalar(&ctx, "SELECT count(*) FROM payments.transactions").await,
+        "1"
+    );
 }

@@ -27,6 +27,10 @@ Each sub-command does one thing to the staging table and prints JSON:
         rewrites the staging table's current metadata file in place (as a
         client that can write its folder can): a metadata-log entry naming
         PATH, and properties that ask for old metadata files to be deleted
+    hostile_client.py replace-same-size CONNECTION STAGING
+        overwrites the one staged file with other rows (as many, other
+        keys) padded to the same size, so that its stored size still
+        matches what verification read
     hostile_client.py linked-file   CONNECTION STAGING PATH
         a symbolic link under the staging table's data folder to PATH
         (another table's file), registered as a staged file
@@ -117,6 +121,31 @@ def replace_bytes(connection: str, staging: str, mode: str) -> None:
         more = [sample_row(t) for _ in range(7)]
         pq.write_table(pa.Table.from_pylist(more, schema=arrow_schema(t)), local)
     print(json.dumps({"file": path}))
+
+
+def replace_same_size(connection: str, staging: str) -> None:
+    t = catalog(connection).load_table(staging)
+    [task] = list(t.scan().plan_files())
+    path = task.file.file_path
+    with t.io.new_input(path).open() as f:
+        original = f.read()
+    rows = t.scan().to_arrow().to_pylist()
+    for n, row in enumerate(rows):
+        row["transaction_id"] = f"t{n}"
+    buffer = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(t)), buffer)
+    other = buffer.getvalue().to_pybytes()
+    pad = len(original) - len(other)
+    if pad < 0:
+        raise SystemExit(f"the other rows take {-pad} bytes more than the staged file")
+    # Padding between the last column chunk and the footer: every offset the
+    # footer holds stays valid, and the file keeps the staged size.
+    footer = int.from_bytes(other[-8:-4], "little") + 8
+    padded = other[:-footer] + b"\0" * pad + other[-footer:]
+    assert len(padded) == len(original)
+    with t.io.new_output(path).create(overwrite=True) as out:
+        out.write(padded)
+    print(json.dumps({"file": path, "rows": len(rows)}))
 
 
 def relaxed(kind: pa.DataType) -> pa.DataType:
@@ -213,6 +242,7 @@ if __name__ == "__main__":
         "lying-bounds": lying_bounds,
         "foreign-file": foreign_file,
         "replace-bytes": replace_bytes,
+        "replace-same-size": replace_same_size,
         "set-property": set_property,
         "relocate": relocate,
         "nested-nulls": nested_nulls,
