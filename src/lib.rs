@@ -66,3 +66,49 @@ pub use upload::{
     PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID,
     SNAPSHOT_UPLOAD_ID, STAGING_NAMESPACE, UploadId, UploadState,
 };
+
+/// The book's pages (`docs/src`), compiled as doctests so that their Rust
+/// examples run with the crate's tests; `tests/it/docs.rs` checks the rest.
+#[cfg(doctest)]
+pub mod book {
+    #[doc = include_str!("../docs/src/ARCHITECTURE.md")]
+    pub struct Architecture;
+    #[doc = include_str!("../docs/src/CONTRIBUTING.md")]
+    pub struct Contributing;
+    #[doc = include_str!("../docs/src/concepts/exactly-once.md")]
+    pub struct ConceptsExactlyOnce;
+    #[doc = include_str!("../docs/src/concepts/scale-and-maintenance.md")]
+    pub struct ConceptsScaleAndMaintenance;
+    #[doc = include_str!("../docs/src/concepts/threat-model.md")]
+    pub struct ConceptsThreatModel;
+    #[doc = include_str!("../docs/src/concepts/trust-boundary.md")]
+    pub struct ConceptsTrustBoundary;
+    #[doc = include_str!("../docs/src/guide/aws.md")]
+    pub struct GuideAws;
+    #[doc = include_str!("../docs/src/guide/cluster.md")]
+    pub struct GuideCluster;
+    #[doc = include_str!("../docs/src/guide/copy-into.md")]
+    pub struct GuideCopyInto;
+    #[doc = include_str!("../docs/src/guide/downloads.md")]
+    pub struct GuideDownloads;
+    #[doc = include_str!("../docs/src/guide/embedding.md")]
+    pub struct GuideEmbedding;
+    #[doc = include_str!("../docs/src/guide/getting-started.md")]
+    pub struct GuideGettingStarted;
+    #[doc = include_str!("../docs/src/guide/pipes.md")]
+    pub struct GuidePipes;
+    #[doc = include_str!("../docs/src/guide/service.md")]
+    pub struct GuideService;
+    #[doc = include_str!("../docs/src/guide/shell.md")]
+    pub struct GuideShell;
+    #[doc = include_str!("../docs/src/guide/upload-flow.md")]
+    pub struct GuideUploadFlow;
+    #[doc = include_str!("../docs/src/introduction.md")]
+    pub struct Introduction;
+    #[doc = include_str!("../docs/src/reference/errors.md")]
+    pub struct ReferenceErrors;
+    #[doc = include_str!("../docs/src/reference/settings.md")]
+    pub struct ReferenceSettings;
+    #[doc = include_str!("../docs/src/reference/statements.md")]
+    pub struct ReferenceStatements;
+}

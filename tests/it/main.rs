@@ -5,6 +5,7 @@ mod aws;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod common;
+mod docs;
 mod downloads;
 mod embedding;
 mod exactly_once;

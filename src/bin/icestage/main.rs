@@ -63,7 +63,7 @@ struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum Subcommand {
-    /// Run the upload/download HTTP API (see the README's curl walk-through).
+    /// Run the upload/download HTTP API (see the book's HTTP service page, docs/src/guide/service.md).
     Serve {
         /// Service config: catalogs, listen address, tokens, webhook.
         #[arg(long)]
