@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
+use iceberg::spec::FormatVersion;
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 use iceberg_catalog_rest::{
     CommitTableRequest, CommitTableResponse, CreateNamespaceRequest, CreateTableRequest,
@@ -253,12 +254,30 @@ impl CatalogView {
                  leave location out"
             )));
         }
+        // `format-version` among the properties is how clients ask for a
+        // v1, v2 or v3 table; new tables write zstd Parquet unless told
+        // otherwise, as Iceberg's own REST catalog creates them.
+        let mut properties = request.properties;
+        let format_version = match properties.remove("format-version").as_deref() {
+            None | Some("2") => FormatVersion::V2,
+            Some("1") => FormatVersion::V1,
+            Some("3") => FormatVersion::V3,
+            Some(other) => {
+                return Err(bad(format!(
+                    "{ident}: format-version '{other}' is not one of 1, 2 or 3"
+                )));
+            }
+        };
+        properties
+            .entry("write.parquet.compression-codec".to_string())
+            .or_insert_with(|| "zstd".to_string());
         let creation = TableCreation::builder()
             .name(request.name)
             .schema(request.schema)
             .partition_spec_opt(request.partition_spec)
             .sort_order_opt(request.write_order)
-            .properties(request.properties)
+            .properties(properties)
+            .format_version(format_version)
             .build();
         let table = self
             .catalog
@@ -673,8 +692,26 @@ operations = ["catalog"]
         assert!(body.contains("leave location out"), "{body}");
         let (status, body) = call(Method::POST, "namespaces/s/tables", Some(create("t"))).await;
         assert_eq!(status, 200, "{body}");
+        assert!(
+            body.contains("\"format-version\":2")
+                && body.contains("\"write.parquet.compression-codec\":\"zstd\""),
+            "{body}"
+        );
         let (status, _) = call(Method::POST, "namespaces/s/tables", Some(create("t"))).await;
         assert_eq!(status, 409);
+        // The format version a client asks for among the properties.
+        for (asked, answer) in [("1", 200), ("3", 200), ("9", 400)] {
+            let mut versioned = create(&format!("v{asked}"));
+            versioned["properties"] = serde_json::json!({"format-version": asked});
+            let (status, body) = call(Method::POST, "namespaces/s/tables", Some(versioned)).await;
+            assert_eq!(status, answer, "{body}");
+            if answer == 200 {
+                assert!(
+                    body.contains(&format!("\"format-version\":{asked}")),
+                    "{body}"
+                );
+            }
+        }
         let (_, listed) = call(Method::GET, "namespaces", None).await;
         assert!(
             listed.contains("\"s\"") && listed.contains("\"x\"") && !listed.contains("icestage"),
@@ -694,10 +731,19 @@ operations = ["catalog"]
         assert_eq!(status, 200, "{body}");
         assert!(body.contains("\"k\":\"v\""), "{body}");
 
-        // Dropped, it is gone.
+        // Dropped, it is gone; booleans are read as clients send them
+        // (PyIceberg sends Python's `False`), and nonsense says so.
+        let (status, body) = call(
+            Method::DELETE,
+            "namespaces/s/tables/t?purgeRequested=maybe",
+            None,
+        )
+        .await;
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("'maybe' is not a boolean"), "{body}");
         let (status, _) = call(
             Method::DELETE,
-            "namespaces/s/tables/t?purgeRequested=true",
+            "namespaces/s/tables/t?purgeRequested=False",
             None,
         )
         .await;

@@ -233,6 +233,49 @@ impl ServiceConfig {
         })
     }
 
+    /// What `serve` says it opened, a line each: its catalogs (where an
+    /// embedded warehouse is, relative paths being from the current
+    /// folder) and its tokens (none: every request is refused).
+    pub(crate) fn opened(&self) -> Vec<String> {
+        let mut lines = vec![];
+        match &self.warehouse {
+            Some(folder) if self.catalogs.is_empty() => {
+                let absolute = std::path::absolute(folder).unwrap_or_else(|_| folder.clone());
+                lines.push(format!(
+                    "embedded catalog, warehouse {} (relative to the current folder)",
+                    absolute.display()
+                ));
+            }
+            _ => {
+                for catalog in &self.catalogs {
+                    let warehouse = catalog
+                        .config
+                        .get("warehouse")
+                        .map_or(String::new(), |w| format!(", warehouse {w}"));
+                    lines.push(format!(
+                        "catalog {} ({}){warehouse}",
+                        catalog.name, catalog.kind
+                    ));
+                }
+            }
+        }
+        lines.push(match self.service.tokens.len() {
+            0 => "no [[service.tokens]]: every request is refused with 401 until the config \
+                  names a token"
+                .to_string(),
+            n => format!(
+                "{n} API token(s): {}",
+                self.service
+                    .tokens
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+        lines
+    }
+
     pub(crate) fn timeout(&self) -> Result<Duration> {
         parse_duration(&self.service.request_timeout)
     }

@@ -461,6 +461,9 @@ pub async fn serve(config: ServiceConfig) -> Result<()> {
         .0
         .public_url
         .set(public.unwrap_or_else(|| bound.clone()));
+    for line in state.0.config.opened() {
+        eprintln!("icestage serve: {line}");
+    }
     eprintln!("icestage serve: listening on {bound}");
     let app = router(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, app)

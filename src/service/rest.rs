@@ -454,8 +454,23 @@ async fn create_table(
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Purge {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "boolean_as_sent")]
     purge_requested: bool,
+}
+
+/// A boolean query parameter as clients send it: `true`/`false` in any
+/// case (Java sends `false`, PyIceberg Python's `False`).
+fn boolean_as_sent<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<bool, D::Error> {
+    let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(deserializer)?;
+    match text.to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(serde::de::Error::custom(format!(
+            "'{text}' is not a boolean: send true or false"
+        ))),
+    }
 }
 
 async fn drop_table(

@@ -11,7 +11,7 @@ use datafusion::error::DataFusionError;
 use datafusion::sql::parser::{DFParser, DFParserBuilder, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{ObjectName, Value};
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
 
 use crate::error::{Error, Result};
 
@@ -265,6 +265,7 @@ impl<'a> IcestageParser<'a> {
                 tokens[i].token = Token::make_keyword("PARTITION");
             }
         }
+        tbl_properties_first(&mut tokens);
         Ok(Self {
             df: DFParserBuilder::new(tokens).build()?,
         })
@@ -575,9 +576,52 @@ impl<'a> IcestageParser<'a> {
     }
 }
 
-fn location(token: &datafusion::sql::sqlparser::tokenizer::TokenWithSpan) -> String {
+fn location(token: &TokenWithSpan) -> String {
     let start = token.span.start;
     format!("line {}, column {}", start.line, start.column)
+}
+
+/// `PARTITION BY (...) TBLPROPERTIES (...)`, the order Spark and Hive write,
+/// as sqlparser reads it: the properties before the partitioning.
+fn tbl_properties_first(tokens: &mut [TokenWithSpan]) {
+    let next = |tokens: &[TokenWithSpan], from: usize| {
+        (from..tokens.len()).find(|&k| !matches!(tokens[k].token, Token::Whitespace(_)))
+    };
+    // The index just past the parenthesised group opening at `open`.
+    let group_end = |tokens: &[TokenWithSpan], open: usize| {
+        let mut depth = 0usize;
+        for (k, t) in tokens.iter().enumerate().skip(open) {
+            match t.token {
+                Token::LParen => depth += 1,
+                Token::RParen => {
+                    depth = depth.checked_sub(1)?;
+                    if depth == 0 {
+                        return Some(k + 1);
+                    }
+                }
+                _ if depth == 0 => return None,
+                _ => {}
+            }
+        }
+        None
+    };
+    let mut i = 0;
+    while i < tokens.len() {
+        let swapped = (|| {
+            if !is_word(&tokens[i].token, "PARTITION") {
+                return None;
+            }
+            let by = next(tokens, i + 1).filter(|&k| is_word(&tokens[k].token, "BY"))?;
+            let partition_end = group_end(tokens, next(tokens, by + 1)?)?;
+            let properties = next(tokens, partition_end)
+                .filter(|&k| is_word(&tokens[k].token, "TBLPROPERTIES"))?;
+            let properties_end = group_end(tokens, next(tokens, properties + 1)?)?;
+            // [i, properties) holds the partitioning and the space after it.
+            tokens[i..properties_end].rotate_left(properties - i);
+            Some(properties_end)
+        })();
+        i = swapped.unwrap_or(i + 1);
+    }
 }
 
 fn is_word(token: &Token, expected: &str) -> bool {
@@ -648,6 +692,16 @@ mod tests {
             one("CREATE TABLE t (a INT) PARTITIONED BY (bucket(4, a))"),
             Statement::DataFusion(_)
         ));
+    }
+
+    #[test]
+    fn table_properties_may_follow_the_partitioning() {
+        let spark = "CREATE TABLE t (a INT, b INT) PARTITIONED BY (bucket(4, a), b) \
+                     TBLPROPERTIES ('write.format.default' = 'parquet')";
+        let sqlparser = "CREATE TABLE t (a INT, b INT) \
+                         TBLPROPERTIES ('write.format.default' = 'parquet') \
+                         PARTITION BY (bucket(4, a), b)";
+        assert_eq!(one(spark).to_string(), one(sqlparser).to_string());
     }
 
     #[test]

@@ -146,6 +146,16 @@ impl Variables {
 
     /// Replaces `:name`, `:'name'` and `:"name"` in `sql`; see the module docs.
     pub fn interpolate(&self, sql: &str) -> String {
+        self.interpolated(sql).0
+    }
+
+    /// The variables `sql` names that are not set (they stay as written).
+    pub fn missing(&self, sql: &str) -> Vec<String> {
+        self.interpolated(sql).1
+    }
+
+    fn interpolated(&self, sql: &str) -> (String, Vec<String>) {
+        let mut missing = vec![];
         let mut out = String::with_capacity(sql.len());
         let chars: Vec<char> = sql.chars().collect();
         let mut i = 0;
@@ -173,11 +183,12 @@ impl Variables {
                     i += 2;
                 }
                 ':' => match self.variable_at(&chars, i + 1) {
-                    Some((replacement, next)) => {
+                    Ok((replacement, next)) => {
                         out.push_str(&replacement);
                         i = next;
                     }
-                    None => {
+                    Err(name) => {
+                        missing.extend(name);
                         out.push(':');
                         i += 1;
                     }
@@ -188,12 +199,19 @@ impl Variables {
                 }
             }
         }
-        out
+        (out, missing)
     }
 
     /// The replacement for a reference starting at `chars[start]` (just
     /// after the colon) and the index after it, if it names a variable.
-    fn variable_at(&self, chars: &[char], start: usize) -> Option<(String, usize)> {
+    /// The replacement of the variable named at `start` and where it ends;
+    /// `Err(Some(name))` for a variable that is not set, `Err(None)` where
+    /// no variable is named.
+    fn variable_at(
+        &self,
+        chars: &[char],
+        start: usize,
+    ) -> std::result::Result<(String, usize), Option<String>> {
         let quote = match chars.get(start) {
             Some('\'') => Some('\''),
             Some('"') => Some('"'),
@@ -205,23 +223,25 @@ impl Variables {
             .take_while(|c| c.is_ascii_alphanumeric() || **c == '_')
             .count();
         if name_len == 0 {
-            return None;
+            return Err(None);
         }
         let name: String = chars[name_start..name_start + name_len].iter().collect();
         let mut next = name_start + name_len;
         if let Some(q) = quote {
             if chars.get(next) != Some(&q) {
-                return None;
+                return Err(None);
             }
             next += 1;
         }
-        let value = self.get(&name)?;
+        let Some(value) = self.get(&name) else {
+            return Err(Some(name));
+        };
         let replacement = match quote {
             Some('\'') => format!("'{}'", value.replace('\'', "''")),
             Some(_) => format!("\"{}\"", value.replace('"', "\"\"")),
             None => value.to_string(),
         };
-        Some((replacement, next))
+        Ok((replacement, next))
     }
 
     /// `\gset`: stores each column of the single row of `batches` as
@@ -297,6 +317,10 @@ mod tests {
         assert_eq!(
             vars.interpolate("INSERT INTO :t SELECT :'id', ':t', x::int, :missing, :\"id\""),
             "INSERT INTO staging.upload_1 SELECT 'it''s', ':t', x::int, :missing, \"it's\""
+        );
+        assert_eq!(
+            vars.missing("SELECT :t, :'gone', ':quoted', x::int, :missing"),
+            vec!["gone".to_string(), "missing".to_string()]
         );
     }
 }

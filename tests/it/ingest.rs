@@ -221,6 +221,29 @@ async fn schemas_are_inferred_cheaply_and_in_the_shared_vocabulary() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_loads_nothing_leaves_no_table_behind() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let source = tempfile::tempdir().unwrap();
+    std::fs::write(source.path().join("a.csv"), "id,name\n1,a\n").unwrap();
+    std::fs::write(source.path().join("b.csv"), "id,name\nnot-a-number,b\n").unwrap();
+    let from = format!("file://{}/", source.path().display());
+    let copy = format!("COPY INTO raw.broken FROM '{from}' WITH (all_files = true)");
+    let failed = error(&ctx, &copy).await;
+    assert!(failed.contains("b.csv"), "{failed}");
+    let gone = error(&ctx, "SELECT count(*) FROM raw.broken").await;
+    assert!(
+        gone.contains("raw.broken") || gone.contains("broken"),
+        "{gone}"
+    );
+    // Once the file is mended, the same statement creates and loads it.
+    std::fs::write(source.path().join("b.csv"), "id,name\n2,b\n").unwrap();
+    let loaded = run(&ctx, &copy).await.unwrap();
+    assert_eq!(value(&loaded, "table_created"), "true");
+    assert_eq!(scalar(&ctx, "SELECT count(*) FROM raw.broken").await, "2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_into_loads_each_file_once() {
     let files = fixtures();
     let warehouse = Warehouse::new();

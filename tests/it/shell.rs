@@ -109,6 +109,51 @@ fn a_failing_statement_stops_the_script_and_exits_non_zero() {
 }
 
 #[test]
+fn missing_names_and_variables_are_said() {
+    let warehouse = Warehouse::new();
+    for (script, said) in [
+        (
+            "\\d nowhere",
+            "Error: no namespace 'nowhere' holds a table: \\d lists every namespace's tables\n",
+        ),
+        (
+            "\\d nowhere.nothing",
+            "Error: no table 'nowhere.nothing': \\d <namespace> lists a namespace's tables\n",
+        ),
+    ] {
+        let output = run(icestage(&warehouse).args(["-q", "-c", script]));
+        assert_eq!(output.status.code(), Some(1), "{script}");
+        assert_eq!(stderr(&output), said);
+    }
+    let output = run(icestage(&warehouse).args(["-q", "-c", "PROMOTE UPLOAD :'upload_id'"]));
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains(
+            "the variable :upload_id is not set: \\set upload_id <value>, or end a query with \\gset"
+        ),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn table_properties_may_follow_the_partitioning() {
+    let warehouse = Warehouse::new();
+    let output = run(icestage(&warehouse).args([
+        "-q",
+        "--format",
+        "csv",
+        "-c",
+        "CREATE SCHEMA s; \
+         CREATE TABLE s.t (a INT, day DATE) PARTITIONED BY (day) \
+         TBLPROPERTIES ('write.parquet.compression-codec' = 'snappy'); \
+         SELECT count(*) AS n FROM s.t",
+    ]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("n\n0\n"), "{}", stdout(&output));
+}
+
+#[test]
 fn status_is_answered_by_a_fresh_process() {
     let warehouse = Warehouse::new();
     let setup = run(icestage(&warehouse).args([

@@ -84,9 +84,16 @@ impl Shell {
             ScriptItem::Sql { text, gset } => {
                 let sql = self.vars.interpolate(&text);
                 let started = Instant::now();
-                let frame = icestage::sql(&self.ctx, &sql)
-                    .await
-                    .map_err(|e| e.user_message())?;
+                let frame = icestage::sql(&self.ctx, &sql).await.map_err(|e| {
+                    let mut message = e.user_message();
+                    for name in self.vars.missing(&text) {
+                        message.push_str(&format!(
+                            "; the variable :{name} is not set: \\set {name} <value>, or end a \
+                             query with \\gset to set its columns"
+                        ));
+                    }
+                    message
+                })?;
                 let batches = frame
                     .collect()
                     .await
@@ -136,12 +143,24 @@ impl Shell {
             }
             "\\unset" => self.vars.unset(arg),
             "\\d" => {
-                let sql = describe_sql(arg);
-                return Box::pin(self.run_item(ScriptItem::Sql {
-                    text: sql,
-                    gset: None,
-                }))
-                .await;
+                let started = Instant::now();
+                let batches = icestage::sql(&self.ctx, &describe_sql(arg))
+                    .await
+                    .map_err(|e| e.user_message())?
+                    .collect()
+                    .await
+                    .map_err(|e| icestage::error_message(&e))?;
+                let found = batches.iter().any(|b| b.num_rows() > 0);
+                if !found && !arg.is_empty() {
+                    return Err(if arg.contains('.') {
+                        format!("no table '{arg}': \\d <namespace> lists a namespace's tables")
+                    } else {
+                        format!(
+                            "no namespace '{arg}' holds a table: \\d lists every namespace's tables"
+                        )
+                    });
+                }
+                self.show(&batches, started)?;
             }
             other => {
                 return Err(format!(

@@ -166,7 +166,7 @@ async fn poll_until(app: &axum::Router, path: &str, states: &[&str]) -> Value {
 struct Service {
     child: Child,
     url: String,
-    /// What the service printed on stderr since it listened.
+    /// What the service printed on stderr (but where it listens).
     stderr: Arc<Mutex<Vec<String>>>,
 }
 
@@ -187,6 +187,7 @@ impl Service {
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut said = vec![];
         let url = loop {
             let line = lines
                 .next()
@@ -195,9 +196,10 @@ impl Service {
             if let Some(url) = line.strip_prefix("icestage serve: listening on ") {
                 break url.to_string();
             }
+            said.push(line);
         };
         // Keep draining stderr so the service never blocks on it.
-        let stderr = Arc::new(Mutex::new(vec![]));
+        let stderr = Arc::new(Mutex::new(said));
         let kept = Arc::clone(&stderr);
         std::thread::spawn(move || {
             for line in lines.map_while(std::result::Result::ok) {

@@ -4,6 +4,33 @@
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_says_what_it_opened_and_warns_without_tokens() {
+    let warehouse = Warehouse::new();
+    let with_tokens = Service::start(&write_config(&warehouse, ""));
+    let said = with_tokens.stderr.lock().unwrap().join("\n");
+    assert!(
+        said.contains(&format!("warehouse {}", warehouse.path().display()))
+            && said.contains("2 API token(s): acme, other"),
+        "{said}"
+    );
+    let bare = warehouse.path().join("bare.toml");
+    std::fs::write(
+        &bare,
+        format!(
+            "warehouse = \"{}\"\n[service]\nlisten = \"127.0.0.1:0\"\n",
+            warehouse.path().display()
+        ),
+    )
+    .unwrap();
+    let without = Service::start(&bare);
+    let said = without.stderr.lock().unwrap().join("\n");
+    assert!(
+        said.contains("no [[service.tokens]]: every request is refused with 401"),
+        "{said}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_on_one_catalog_serve_the_same_uploads() {
     let warehouse = Warehouse::new();
     target(&warehouse).await;
