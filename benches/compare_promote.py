@@ -15,6 +15,8 @@ scripts/bench-promote.sh builds icestage and runs this with the defaults.
 import argparse
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -117,7 +119,7 @@ def fill(table, rows):
         table.append(chunk)
 
 
-def one_size(binary, rows):
+def one_size(binary, rows, repeat):
     with tempfile.TemporaryDirectory() as warehouse:
         icestage(binary, warehouse, "CREATE SCHEMA payments")
         icestage(binary, warehouse, f"CREATE TABLE payments.transactions {TARGET_COLUMNS}")
@@ -133,16 +135,38 @@ def one_size(binary, rows):
         catalog.create_table(reference_staging, schema=catalog.load_table("payments.transactions_ref").schema())
         fill(catalog.load_table(reference_staging), rows)
 
-        ours = measured([binary, "--warehouse", warehouse, "-q", "--format", "json",
-                         "-c", f"PROMOTE UPLOAD '{upload['upload_id']}'"])
-        result = json.loads(ours[2])[0]
-        theirs = measured([sys.executable, "-c", REFERENCE, json.dumps(props), reference_staging,
-                           "payments.transactions_ref", upload["upload_id"]])
+        # Each promotion runs `repeat` times on the same staged files: the
+        # warehouse is put back as it was before each run, and written to
+        # disk first, so that neither side pays for the other's writes.
+        pristine = warehouse + ".pristine"
+        shutil.copytree(warehouse, pristine)
 
-        counts = icestage(binary, warehouse,
-                          "SELECT (SELECT count(*) FROM payments.transactions) AS ours, "
-                          "(SELECT count(*) FROM payments.transactions_ref) AS theirs")[0]
-        assert counts["ours"] == rows and counts["theirs"] == rows, counts
+        def afresh():
+            shutil.rmtree(warehouse)
+            shutil.copytree(pristine, warehouse)
+            os.sync()
+
+        def count(table):
+            return icestage(binary, warehouse, f"SELECT count(*) AS n FROM {table}")[0]["n"]
+
+        ours_runs, theirs_runs = [], []
+        for _ in range(repeat):
+            afresh()
+            ours_runs.append(measured([binary, "--warehouse", warehouse, "-q", "--format", "json",
+                                       "-c", f"PROMOTE UPLOAD '{upload['upload_id']}'"]))
+            assert count("payments.transactions") == rows
+            afresh()
+            theirs_runs.append(measured([sys.executable, "-c", REFERENCE, json.dumps(props),
+                                         reference_staging, "payments.transactions_ref",
+                                         upload["upload_id"]]))
+            assert count("payments.transactions_ref") == rows
+        result = json.loads(ours_runs[-1][2])[0]
+        shutil.rmtree(pristine)
+        ours = (statistics.median(r[0] for r in ours_runs), max(r[1] for r in ours_runs))
+        theirs = (statistics.median(r[0] for r in theirs_runs), max(r[1] for r in theirs_runs))
+        spread = (min(r[0] for r in ours_runs), max(r[0] for r in ours_runs),
+                  min(r[0] for r in theirs_runs), max(r[0] for r in theirs_runs))
+
         return {
             "rows": rows,
             "files": result["files"],
@@ -151,6 +175,7 @@ def one_size(binary, rows):
             "reference_s": theirs[0],
             "icestage_rss_mb": ours[1],
             "reference_rss_mb": theirs[1],
+            "spread": spread,
         }
 
 
@@ -158,6 +183,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--icestage", required=True, help="path to the icestage binary (release build)")
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 5_000_000, 10_000_000])
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="promotions of each side per size; the median is shown")
     args = parser.parse_args()
     load = os.getloadavg()
     print(f"# machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start")
@@ -166,10 +193,13 @@ def main():
     print(header)
     print("-" * len(header))
     for rows in args.rows:
-        r = one_size(args.icestage, rows)
+        r = one_size(args.icestage, rows, args.repeat)
         print(f"{r['rows']:>10} {r['files']:>5} {r['path']:>9} | {r['icestage_s']:>10.3f} {r['reference_s']:>11.3f} "
               f"{r['reference_s'] / r['icestage_s']:>7.1f}x | {r['icestage_rss_mb']:>12.1f} "
               f"{r['reference_rss_mb']:>13.1f} {r['reference_rss_mb'] / r['icestage_rss_mb']:>8.1f}x", flush=True)
+        low, high, ref_low, ref_high = r["spread"]
+        print(f"{'':>27}   runs: icestage {low:.3f}-{high:.3f} s, reference {ref_low:.3f}-{ref_high:.3f} s "
+              f"(median shown; peak RSS the largest)", flush=True)
 
 
 if __name__ == "__main__":
