@@ -325,6 +325,22 @@ mod tests {
         let uncommented = format!("{text}\n[limits]\n{limits}");
         let config = ServiceConfig::from_toml_str(&uncommented).unwrap();
         assert_eq!(config.limits, crate::limits::ReadLimits::default());
+        // The second service of the REST-backend walk-through, on the first.
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/sql/examples/rest-backend.toml"
+        );
+        let backend =
+            ServiceConfig::from_toml_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(backend.catalogs[0].kind, "rest");
+        let token = &backend.catalogs[0].config["token"];
+        assert!(
+            plain
+                .service
+                .tokens
+                .iter()
+                .any(|t| t.token.expose() == token && t.operations == ["catalog"])
+        );
     }
 
     #[test]
