@@ -162,6 +162,7 @@ impl LogicalExtensionCodec for IcestageLogicalCodec {
         }
         match tagged(buf, TABLE_TAG) {
             Some(body) => Ok(Arc::new(RecipeTable {
+                opened: None,
                 recipe: decode_json(body, "table recipe")?,
                 schema,
             })),
@@ -277,6 +278,7 @@ mod tests {
         let table = Arc::new(RecipeTable {
             recipe: recipe(),
             schema: schema(),
+            opened: None,
         });
         let name = TableReference::bare("t");
         let mut buf = vec![];

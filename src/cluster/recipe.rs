@@ -124,6 +124,14 @@ impl Recipe {
         self
     }
 
+    /// `opened` when this process holds the table, else the table opened.
+    async fn opened_or_open(&self, opened: &Option<Table>) -> Result<Table> {
+        match opened {
+            Some(table) => Ok(table.clone()),
+            None => self.open().await,
+        }
+    }
+
     /// Opens the table the recipe names, read-only.
     pub(crate) async fn open(&self) -> Result<Table> {
         let io = file_io(&self.file_io);
@@ -268,6 +276,10 @@ pub(crate) fn file_io(properties: &HashMap<String, String>) -> iceberg::io::File
 pub(crate) struct RecipeTable {
     pub(crate) recipe: Recipe,
     pub(crate) schema: SchemaRef,
+    /// The table, where this process already holds it: scans here read it
+    /// instead of the metadata file again (a recipe that travels does not
+    /// carry it).
+    pub(crate) opened: Option<Table>,
 }
 
 impl RecipeTable {
@@ -277,10 +289,23 @@ impl RecipeTable {
         Self::of_recipe(table, Recipe::of(table, snapshot_id)?)
     }
 
-    /// `recipe`, a recipe of `table`, as a table.
+    /// `recipe`, a recipe of `table`, as a table; its files are reached
+    /// with the recipe's file IO.
     pub(crate) fn of_recipe(table: &Table, recipe: Recipe) -> Result<Self> {
         let schema = recipe.arrow_schema(table)?;
-        Ok(Self { recipe, schema })
+        let opened = Table::builder()
+            .metadata(table.metadata_ref())
+            .metadata_location(recipe.metadata_location.clone())
+            .identifier(table.identifier().clone())
+            .file_io(file_io(&recipe.file_io))
+            .runtime(iceberg::Runtime::current())
+            .readonly(true)
+            .build()?;
+        Ok(Self {
+            recipe,
+            schema,
+            opened: Some(opened),
+        })
     }
 }
 
@@ -311,16 +336,13 @@ impl TableProvider for RecipeTable {
             Some(indices) => Arc::new(self.schema.project(indices)?),
             None => Arc::clone(&self.schema),
         };
-        let table = self.recipe.open().await?;
+        let table = self.recipe.opened_or_open(&self.opened).await?;
         let columns = scan_columns(&self.schema, &schema);
         let files = self.recipe.tasks(&table, &columns).await?.len();
         let partitions = files.clamp(1, state.config().target_partitions().max(1));
-        Ok(Arc::new(RecipeScanExec::new(
-            self.recipe.clone(),
-            schema,
-            partitions,
-            files,
-        )))
+        let mut scan = RecipeScanExec::new(self.recipe.clone(), schema, partitions, files);
+        scan.opened = self.opened.clone();
+        Ok(Arc::new(scan))
     }
 }
 
@@ -353,6 +375,8 @@ pub(crate) struct RecipeScanExec {
     pub(crate) partitions: usize,
     /// The files the scheduler planned; every executor must plan as many.
     pub(crate) files: usize,
+    /// The table, where the scan runs in the process that holds it.
+    pub(crate) opened: Option<Table>,
     properties: Arc<PlanProperties>,
 }
 
@@ -364,6 +388,7 @@ impl RecipeScanExec {
             schema,
             partitions,
             files,
+            opened: None,
             properties,
         }
     }
@@ -413,11 +438,12 @@ impl ExecutionPlan for RecipeScanExec {
         partition: usize,
         _context: Arc<TaskContext>,
     ) -> DFResult<SendableRecordBatchStream> {
-        let recipe = self.recipe.clone();
+        let (recipe, opened) = (self.recipe.clone(), self.opened.clone());
         let schema = Arc::clone(&self.schema);
         let (partitions, planned) = (self.partitions, self.files);
         let stream = futures::stream::once(async move {
-            read_partition(recipe, schema, partition, partitions, planned).await
+            let table = recipe.opened_or_open(&opened).await?;
+            read_partition(recipe, table, schema, partition, partitions, planned).await
         })
         .try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -430,13 +456,13 @@ impl ExecutionPlan for RecipeScanExec {
 /// One partition's rows, checked against what the manifests record.
 async fn read_partition(
     recipe: Recipe,
+    table: Table,
     schema: SchemaRef,
     partition: usize,
     partitions: usize,
     planned: usize,
 ) -> DFResult<futures::stream::BoxStream<'static, DFResult<RecordBatch>>> {
     crate::session::failpoint("cluster.scan");
-    let table = recipe.open().await?;
     let all = recipe.schema_columns(&table, &schema)?;
     let tasks = recipe.tasks(&table, &all).await?;
     if tasks.len() != planned {

@@ -369,6 +369,16 @@ const NAMED_FAILURES: usize = 5;
 /// files not loaded before, leaving out those in `failed_before` that did
 /// not change since they failed. With a `cluster`, its executors read and
 /// write the files; the log and the commit stay here.
+/// Drops `ident` if it holds no snapshot; whether it did.
+async fn drop_if_empty(catalog: &IcebergCatalog, ident: &TableIdent) -> bool {
+    let empty = catalog
+        .catalog()
+        .load_table(ident)
+        .await
+        .is_ok_and(|t| t.metadata().current_snapshot().is_none());
+    empty && catalog.catalog().drop_table(ident).await.is_ok()
+}
+
 /// A table this run creates goes again when the run loads nothing into it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn copy_files(
@@ -387,54 +397,6 @@ pub(crate) async fn copy_files(
         Err(e) if is_missing(&e) => None,
         Err(e) => return Err(e.into()),
     };
-    let new = existing.is_none();
-    let mut run = copy_new_files(
-        catalog,
-        ident,
-        existing,
-        access,
-        files,
-        format,
-        options,
-        failed_before,
-        progress,
-        cluster,
-    )
-    .await;
-    let landed = matches!(&run, Ok(r) if r.report.snapshot_id.is_some());
-    if new
-        && !landed
-        && drop_if_empty(catalog, ident).await
-        && let Ok(run) = &mut run
-    {
-        run.report.table_created = false;
-    }
-    run
-}
-
-/// Drops `ident` if it holds no snapshot; whether it did.
-async fn drop_if_empty(catalog: &IcebergCatalog, ident: &TableIdent) -> bool {
-    let empty = catalog
-        .catalog()
-        .load_table(ident)
-        .await
-        .is_ok_and(|t| t.metadata().current_snapshot().is_none());
-    empty && catalog.catalog().drop_table(ident).await.is_ok()
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn copy_new_files(
-    catalog: &IcebergCatalog,
-    ident: &TableIdent,
-    existing: Option<Table>,
-    access: &Access,
-    files: Vec<SourceFile>,
-    format: Format,
-    options: &SourceOptions,
-    failed_before: &HashMap<String, Loaded>,
-    progress: Arc<dyn crate::progress::Progress>,
-    cluster: Option<&Cluster>,
-) -> Result<CopyRun> {
     let (loaded, known) = match &existing {
         Some(table) => loaded_files(catalog, table).await?,
         None => Default::default(),
@@ -522,6 +484,7 @@ async fn copy_new_files(
             target_table(catalog, ident, first).await?
         }
     };
+    let mut run = async {
     let copy_id = uuid::Uuid::new_v4().to_string();
     let skip = opened.as_ref().map_or(0, |(n, _)| *n);
     let mut data_files = vec![];
@@ -664,6 +627,17 @@ async fn copy_new_files(
         failed,
         loaded: done,
     })
+    }
+    .await;
+    let landed = matches!(&run, Ok(r) if r.report.snapshot_id.is_some());
+    if created
+        && !landed
+        && drop_if_empty(catalog, ident).await
+        && let Ok(run) = &mut run
+    {
+        run.report.table_created = false;
+    }
+    run
 }
 
 /// `<n> file(s) failed (<uri>: <error>; ...)`, naming the first few.

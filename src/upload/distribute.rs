@@ -182,50 +182,39 @@ impl ReadChunks for OnCluster {
         chunks: Vec<Chunk>,
         plan: &Arc<Plan>,
     ) -> Result<Vec<(usize, Read)>> {
-        read_chunks(&self.0, &self.1, io, files, &chunks, plan).await
-    }
-}
-
-async fn read_chunks(
-    cluster: &Cluster,
-    recipe: &PlanRecipe,
-    io: &FileIO,
-    files: &[DataFile],
-    chunks: &[Chunk],
-    plan: &Plan,
-) -> Result<Vec<(usize, Read)>> {
-    let job = VerifyJob {
-        plan: recipe.clone(),
-        io: crate::cluster::without_long_lived_keys(io.config().props().clone()),
-        chunks: chunks
-            .iter()
-            .map(|(index, groups, first)| {
-                (
-                    files[*index].file_path().to_string(),
-                    groups.clone(),
-                    *first,
-                )
-            })
-            .collect(),
-        partitions: chunks.len().clamp(1, PARTITIONS),
-    };
-    let ctx = cluster.context().await?;
-    let answers =
-        run_for_items::<ChunkRead>(&ctx, Arc::new(job), chunks.len(), "a verification task")
-            .await?;
-    let mut reads = vec![];
-    // Every chunk proved exactly once: a lost answer is not a pass.
-    for (chunk, answer) in answers.into_iter().enumerate() {
-        let Some(answer) = answer else {
-            return Err(Error::invalid(format!(
-                "the cluster did not verify chunk {chunk} of {} (file {}): promote again",
-                chunks.len(),
-                files[chunks[chunk].0].file_path()
-            )));
+        let job = VerifyJob {
+            plan: self.1.clone(),
+            io: crate::cluster::without_long_lived_keys(io.config().props().clone()),
+            chunks: chunks
+                .iter()
+                .map(|(index, groups, first)| {
+                    (
+                        files[*index].file_path().to_string(),
+                        groups.clone(),
+                        *first,
+                    )
+                })
+                .collect(),
+            partitions: chunks.len().clamp(1, PARTITIONS),
         };
-        let mut read = answer.read;
-        read.set_partition_json(answer.partition, plan)?;
-        reads.push((chunks[chunk].0, read));
+        let ctx = self.0.context().await?;
+        let answers =
+            run_for_items::<ChunkRead>(&ctx, Arc::new(job), chunks.len(), "a verification task")
+                .await?;
+        let mut reads = vec![];
+        // Every chunk proved exactly once: a lost answer is not a pass.
+        for (chunk, answer) in answers.into_iter().enumerate() {
+            let Some(answer) = answer else {
+                return Err(Error::invalid(format!(
+                    "the cluster did not verify chunk {chunk} of {} (file {}): promote again",
+                    chunks.len(),
+                    files[chunks[chunk].0].file_path()
+                )));
+            };
+            let mut read = answer.read;
+            read.set_partition_json(answer.partition, plan)?;
+            reads.push((chunks[chunk].0, read));
+        }
+        Ok(reads)
     }
-    Ok(reads)
 }

@@ -132,14 +132,15 @@ pub(crate) async fn validate(
     crate::session::failpoint("validate.after-verification");
     // Verified from the bytes, the UNIQUE rules read the files verification
     // read: the copies where it made copies, at their stored sizes.
+    let unique = rules.iter().any(|r| matches!(r, Rule::Unique { .. }));
     let verified = match verify {
-        Verify::Bytes => Some(verified_files(
+        Verify::Bytes if unique => Some(verified_files(
             staging,
             target,
             &validation.files,
             copy_first,
         )?),
-        Verify::Metadata => None,
+        Verify::Bytes | Verify::Metadata => None,
     };
     for rule in &rules {
         if let Rule::Unique { name, columns } = rule {

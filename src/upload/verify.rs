@@ -967,39 +967,28 @@ impl ReadChunks for Here {
         chunks: Vec<Chunk>,
         plan: &Arc<Plan>,
     ) -> Result<Vec<(usize, Read)>> {
-        read_here(io, files, footers, chunks, plan).await
+        let parallelism = std::thread::available_parallelism().map_or(2, |n| n.get());
+        futures::stream::iter(chunks)
+            .map(|(index, groups, first_row)| {
+                let (io, plan) = (io.clone(), Arc::clone(plan));
+                let path = files[index].file_path().to_string();
+                let footer = footers[index].1.clone();
+                async move {
+                    tokio::spawn(read_chunk(io, path, footer, groups, first_row, plan))
+                        .await
+                        .map_err(|e| Error::invalid(format!("internal: a verification task: {e}")))?
+                        .map(|read| (index, read))
+                }
+            })
+            // Twice the cores: a chunk waiting on a read leaves its core to another.
+            .buffer_unordered(parallelism * 2)
+            .try_collect()
+            .await
     }
 }
 
 /// A chunk: the file's index, its row groups, the position of its first row.
 pub(super) type Chunk = (usize, Vec<usize>, i64);
-
-/// Reads `chunks` on this process's cores.
-async fn read_here(
-    io: &FileIO,
-    files: &[DataFile],
-    footers: &[(u64, ArrowReaderMetadata)],
-    chunks: Vec<Chunk>,
-    plan: &Arc<Plan>,
-) -> Result<Vec<(usize, Read)>> {
-    let parallelism = std::thread::available_parallelism().map_or(2, |n| n.get());
-    futures::stream::iter(chunks)
-        .map(|(index, groups, first_row)| {
-            let (io, plan) = (io.clone(), Arc::clone(plan));
-            let path = files[index].file_path().to_string();
-            let footer = footers[index].1.clone();
-            async move {
-                tokio::spawn(read_chunk(io, path, footer, groups, first_row, plan))
-                    .await
-                    .map_err(|e| Error::invalid(format!("internal: a verification task: {e}")))?
-                    .map(|read| (index, read))
-            }
-        })
-        // Twice the cores: a chunk waiting on a read leaves its core to another.
-        .buffer_unordered(parallelism * 2)
-        .try_collect()
-        .await
-}
 
 /// The data file the target registers for `path`: metrics from `read`.
 fn data_file(path: &str, size: u64, read: &Read, plan: &Plan) -> Result<DataFile> {

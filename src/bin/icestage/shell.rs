@@ -82,22 +82,8 @@ impl Shell {
     async fn run_item(&mut self, item: ScriptItem) -> Result<Outcome, String> {
         match item {
             ScriptItem::Sql { text, gset } => {
-                let sql = self.vars.interpolate(&text);
                 let started = Instant::now();
-                let frame = icestage::sql(&self.ctx, &sql).await.map_err(|e| {
-                    let mut message = e.user_message();
-                    for name in self.vars.missing(&text) {
-                        message.push_str(&format!(
-                            "; the variable :{name} is not set: \\set {name} <value>, or end a \
-                             query with \\gset to set its columns"
-                        ));
-                    }
-                    message
-                })?;
-                let batches = frame
-                    .collect()
-                    .await
-                    .map_err(|e| icestage::error_message(&e))?;
+                let batches = self.results(&text).await?;
                 match gset {
                     Some(prefix) => self
                         .vars
@@ -109,6 +95,27 @@ impl Shell {
             }
             ScriptItem::Meta(line) => self.meta(&line).await,
         }
+    }
+
+    /// The rows of the statement `text` (its variables interpolated); a
+    /// statement that does not plan also names the variables it uses that
+    /// are not set.
+    async fn results(&self, text: &str) -> Result<Vec<RecordBatch>, String> {
+        let sql = self.vars.interpolate(text);
+        let frame = icestage::sql(&self.ctx, &sql).await.map_err(|e| {
+            let mut message = e.user_message();
+            for name in self.vars.missing(text) {
+                message.push_str(&format!(
+                    "; the variable :{name} is not set: \\set {name} <value>, or end a \
+                     query with \\gset to set its columns"
+                ));
+            }
+            message
+        })?;
+        frame
+            .collect()
+            .await
+            .map_err(|e| icestage::error_message(&e))
     }
 
     fn show(&self, batches: &[RecordBatch], started: Instant) -> Result<(), String> {
@@ -144,12 +151,7 @@ impl Shell {
             "\\unset" => self.vars.unset(arg),
             "\\d" => {
                 let started = Instant::now();
-                let batches = icestage::sql(&self.ctx, &describe_sql(arg))
-                    .await
-                    .map_err(|e| e.user_message())?
-                    .collect()
-                    .await
-                    .map_err(|e| icestage::error_message(&e))?;
+                let batches = self.results(&describe_sql(arg)).await?;
                 let found = batches.iter().any(|b| b.num_rows() > 0);
                 if !found && !arg.is_empty() {
                     return Err(if arg.contains('.') {
