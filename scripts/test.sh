@@ -3,7 +3,9 @@
 #
 # It installs what the tests need first: a Python virtual environment in
 # .venv (ignored by git) with PyIceberg, the third-party Iceberg client the
-# tests drive, and moto's server, the local AWS emulator. Then it runs every
+# tests drive, and moto's server, the local AWS emulator; it checks that the
+# PostgreSQL server of the PostgreSQL catalog's tests answers
+# (ICESTAGE_TEST_POSTGRES, default postgres://postgres@127.0.0.1:5432). Then it runs every
 # Rust test: unit tests, the sqllogictest files under sql/, the shell and
 # PyIceberg integration tests, the Ballista cluster tests (the `cluster`
 # feature) and the doctests; then checks that the default build compiles.
@@ -22,6 +24,27 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 ./scripts/setup-venv.sh
+
+# The PostgreSQL catalog's tests create a fresh database per test on this
+# server (and drop it after); without one they would fail one by one, so
+# say it once, here.
+export ICESTAGE_TEST_POSTGRES="${ICESTAGE_TEST_POSTGRES:-postgres://postgres@127.0.0.1:5432/postgres}"
+if ! .venv/bin/python - "$ICESTAGE_TEST_POSTGRES" <<'EOF'
+import sys
+
+import psycopg
+
+try:
+    psycopg.connect(sys.argv[1], connect_timeout=5).close()
+except Exception as e:
+    print(f"error: no PostgreSQL answers at {sys.argv[1]}: {str(e).strip()}", file=sys.stderr)
+    sys.exit(1)
+EOF
+then
+    echo "  start a PostgreSQL server there, or set ICESTAGE_TEST_POSTGRES=postgres://user@host:port/database" >&2
+    echo "  to one where that user may create databases" >&2
+    exit 1
+fi
 
 # The `cluster` feature (Ballista) is off in the README's build and on here:
 # its tests start a scheduler and executor processes on 127.0.0.1.

@@ -17,6 +17,7 @@ mod functions;
 pub mod fuzz;
 mod ingest;
 pub mod limits;
+mod metrics;
 mod pipe;
 mod plan;
 #[cfg(feature = "cluster")]
@@ -89,6 +90,8 @@ pub mod book {
     pub struct GuideCluster;
     #[doc = include_str!("../docs/src/guide/copy-into.md")]
     pub struct GuideCopyInto;
+    #[doc = include_str!("../docs/src/guide/deploy.md")]
+    pub struct GuideDeploy;
     #[doc = include_str!("../docs/src/guide/downloads.md")]
     pub struct GuideDownloads;
     #[doc = include_str!("../docs/src/guide/embedding.md")]

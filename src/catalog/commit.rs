@@ -122,6 +122,12 @@ where
     loop {
         match attempt().await {
             Err(Error::Iceberg(e)) if retry(&e, tries) => {
+                crate::metrics::count(
+                    "icestage_catalog_commit_retries_total",
+                    "Catalog commits tried again after a conflict or a retryable failure.",
+                    &[],
+                    1.0,
+                );
                 tries += 1;
                 tokio::time::sleep(jitter(tries)).await;
             }

@@ -11,6 +11,7 @@ pub(crate) mod cache;
 pub(crate) mod commit;
 pub(crate) mod compact;
 pub(crate) mod confine;
+pub(crate) mod database;
 pub(crate) mod group;
 pub(crate) mod insert;
 pub(crate) mod lookup;
@@ -154,31 +155,32 @@ impl IcebergCatalog {
         {
             std::fs::create_dir_all(parent)?;
         }
+        let settings = database::PoolSettings::from_config(&config.name, &config.config)?;
+        let engine = database::Engine::of(&uri);
+        let database = database::Database::open(&config.name, &uri, &settings).await?;
         let aws = AwsSettings::from_config(&config.config);
-        let mut props: HashMap<String, String> = config
-            .config
-            .iter()
-            .filter(|(k, _)| *k == PROP_URI || k.starts_with("pool.") || *k == "sql_bind_style")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let mut props: HashMap<String, String> = settings.catalog_properties().into();
+        props.insert(PROP_URI.to_string(), uri.clone());
         props.insert(PROP_WAREHOUSE.to_string(), warehouse.clone());
         if warehouse.starts_with("s3://") || warehouse.starts_with("s3a://") {
             props.extend(aws.file_io_properties());
         }
-        // SQLite takes `?` placeholders; the SQL catalog defaults to `$1`.
-        if uri.starts_with("sqlite:") {
-            props
-                .entry("sql_bind_style".to_string())
-                .or_insert_with(|| "QMark".to_string());
-        }
+        // SQLite takes `?` placeholders; the SQL catalog's default, `$1`, is
+        // PostgreSQL's.
+        let bind_style = match engine {
+            Some(database::Engine::Sqlite) => "QMark",
+            _ => "DollarNumeric",
+        };
+        props.insert("sql_bind_style".to_string(), bind_style.to_string());
         let catalog = SqlCatalogBuilder::default()
             .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
             .load(&config.name, props)
             .await
             .map_err(|e| {
                 Error::Config(format!(
-                    "cannot open catalog '{}' at '{uri}': {}",
+                    "cannot open catalog '{}' at '{}': {}",
                     config.name,
+                    database::redacted_uri(&uri),
                     e.message()
                 ))
             })?;
@@ -187,18 +189,17 @@ impl IcebergCatalog {
             ("warehouse".to_string(), warehouse.clone()),
         ]);
         // PyIceberg's SqlCatalog takes a SQLAlchemy URI.
-        let client_uri = match sqlite_path(&uri) {
-            Some(path) => format!("sqlite:///{}", path.display()),
-            None => uri.clone(),
-        };
-        client_properties.insert("uri".to_string(), client_uri);
+        client_properties.insert("uri".to_string(), database::client_uri(&uri));
         if warehouse.starts_with("s3") {
             client_properties.insert("s3.region".to_string(), aws.region.clone());
             if let Some(endpoint) = &aws.s3_endpoint {
                 client_properties.insert("s3.endpoint".to_string(), endpoint.clone());
             }
         }
-        let pointers = pointer::PointerStore::sql(&uri, &config.name);
+        let pointers = pointer::PointerStore::Sql {
+            database,
+            catalog_name: config.name.clone(),
+        };
         let scoped = scoped::ScopedCatalog::new(Arc::new(catalog)).keeping_tables(pointers.clone());
         Ok(Self {
             name: config.name.clone(),

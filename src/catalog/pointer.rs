@@ -10,7 +10,7 @@
 //! version it checked or not at all:
 //!
 //! * SQL catalog: `UPDATE iceberg_tables ... WHERE metadata_location = <old>`
-//!   on the catalog's own database;
+//!   on the catalog's own database, SQLite or PostgreSQL ([`super::database`]);
 //! * S3 Tables: `GetTable` gives the version token of the current metadata
 //!   location, and `UpdateTableMetadataLocation` takes that token, so a
 //!   location that moved since answers a conflict;
@@ -23,19 +23,18 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::database::Database;
+use super::snapshot::{successor, unexpected};
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::{ErrorKind, MetadataLocation, TableIdent, TableRequirement, TableUpdate};
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
-
-use super::snapshot::{successor, unexpected};
 
 /// Where a catalog keeps its tables' metadata pointers.
 #[derive(Clone)]
 pub(crate) enum PointerStore {
-    /// The SQL catalog's `iceberg_tables` table, in SQLite.
-    Sqlite {
-        pool: SqlitePool,
+    /// The SQL catalog's `iceberg_tables` table, in SQLite or PostgreSQL.
+    Sql {
+        database: Database,
         catalog_name: String,
     },
     /// An S3 Tables table bucket.
@@ -45,17 +44,17 @@ pub(crate) enum PointerStore {
     },
     /// An Iceberg REST catalog, whose commits icestage sends itself.
     Rest(super::rest::RestCommits),
-    /// A catalog whose pointer icestage cannot swap itself.
-    Unsupported(String),
 }
 
 impl fmt::Debug for PointerStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Sqlite { catalog_name, .. } => write!(f, "Sqlite({catalog_name})"),
+            Self::Sql {
+                database,
+                catalog_name,
+            } => write!(f, "{database:?}({catalog_name})"),
             Self::S3Tables { bucket_arn, .. } => write!(f, "S3Tables({bucket_arn})"),
             Self::Rest(commits) => write!(f, "{commits:?}"),
-            Self::Unsupported(why) => write!(f, "Unsupported({why})"),
         }
     }
 }
@@ -83,40 +82,20 @@ async fn get_table(
 }
 
 impl PointerStore {
-    /// The SQL catalog `catalog_name` at `uri`: SQLite only (the one SQL
-    /// driver icestage builds with).
-    pub(crate) fn sql(uri: &str, catalog_name: &str) -> Self {
-        if !uri.starts_with("sqlite:") {
-            return Self::Unsupported(format!("SQL catalog at '{uri}' is not SQLite"));
-        }
-        match uri.parse::<SqliteConnectOptions>() {
-            Ok(options) => Self::Sqlite {
-                pool: SqlitePoolOptions::new()
-                    .max_connections(2)
-                    .connect_lazy_with(options.busy_timeout(std::time::Duration::from_secs(30))),
-                catalog_name: catalog_name.to_string(),
-            },
-            Err(e) => Self::Unsupported(format!("cannot read SQLite URI '{uri}': {e}")),
-        }
-    }
-
     /// Where the SQL catalog's pointer of `table` points now (`None`: no
-    /// such table, or a store that is not SQLite).
+    /// such table, or a store that is not a SQL catalog).
     pub(crate) async fn location(&self, table: &TableIdent) -> iceberg::Result<Option<String>> {
-        let Self::Sqlite { pool, catalog_name } = self else {
+        let Self::Sql {
+            database,
+            catalog_name,
+        } = self
+        else {
             return Ok(None);
         };
-        sqlx::query_scalar(
-            "SELECT metadata_location FROM iceberg_tables \
-             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \
-             AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
-        )
-        .bind(catalog_name.clone())
-        .bind(table.namespace().join("."))
-        .bind(table.name().to_string())
-        .fetch_optional(pool)
-        .await
-        .map_err(|e| unexpected(format!("cannot read the pointer of {table}: {e}")))
+        database
+            .pointer(catalog_name, table)
+            .await
+            .map_err(|e| unexpected(format!("cannot read the pointer of {table}: {e}")))
     }
 
     /// Commits `updates` to `base`'s table if, and only if, the catalog still
@@ -148,6 +127,12 @@ impl PointerStore {
             .with_next_version()
             .with_new_metadata(&metadata);
         let Some(location) = self.publish(base, &metadata, &location).await? else {
+            crate::metrics::count(
+                "icestage_catalog_commit_conflicts_total",
+                "Compare-and-swap commits another process's commit came before.",
+                &[],
+                1.0,
+            );
             return Ok(None);
         };
         successor(base, metadata, location).map(Some)
@@ -206,26 +191,10 @@ impl PointerStore {
         new: &str,
     ) -> iceberg::Result<bool> {
         match self {
-            Self::Sqlite { pool, catalog_name } => {
-                let result = sqlx::query(
-                    "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
-                     WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \
-                     AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) \
-                     AND metadata_location = ?",
-                )
-                // Owned values: sqlx's borrowed binds make the future's Send
-                // bound lifetime-specific.
-                .bind(new.to_string())
-                .bind(expected.to_string())
-                .bind(catalog_name.clone())
-                .bind(table.namespace().join("."))
-                .bind(table.name().to_string())
-                .bind(expected.to_string())
-                .execute(pool)
-                .await
-                .map_err(|e| unexpected(format!("cannot update the pointer of {table}: {e}")))?;
-                Ok(result.rows_affected() == 1)
-            }
+            Self::Sql {
+                database,
+                catalog_name,
+            } => database.swap(catalog_name, table, expected, new).await,
             Self::S3Tables { client, bucket_arn } => {
                 let namespace = table.namespace().to_url_string();
                 let current = get_table(client, bucket_arn, table).await?;
@@ -264,10 +233,6 @@ impl PointerStore {
                 format!(
                     "internal: {table} is in a REST catalog, whose pointer only moves by commits"
                 ),
-            )),
-            Self::Unsupported(why) => Err(iceberg::Error::new(
-                ErrorKind::FeatureUnsupported,
-                format!("icestage cannot compare-and-swap {table}: {why}"),
             )),
         }
     }

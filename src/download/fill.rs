@@ -150,5 +150,11 @@ pub(crate) async fn fill(
         ),
     };
     // If another process already declared this filler dead, its verdict stands.
-    let _ = download.swap(pending, state, properties).await;
+    if let Ok(true) = download.swap(pending, state, properties).await {
+        crate::metrics::transition(
+            crate::metrics::Session::Download,
+            id.as_str(),
+            state.as_str(),
+        );
+    }
 }

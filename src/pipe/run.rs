@@ -384,11 +384,47 @@ async fn load_new(
         cluster,
     )
     .await?;
+    record(&pipe.name.to_string(), &run, started);
     Ok(Found {
         run,
         listed,
         notifications,
     })
+}
+
+/// The metrics of one run of pipe `name`: files loaded and failed, and its
+/// lag, the age of the oldest file it loaded when the run started (0 when
+/// it found nothing new: it had caught up).
+fn record(name: &str, run: &crate::ingest::copy_into::CopyRun, started: DateTime<Utc>) {
+    const FILES: &str = "icestage_pipe_files_total";
+    const FILES_HELP: &str = "Files pipes loaded or failed to load, by pipe and outcome.";
+    let labels = |outcome| [("pipe", name), ("outcome", outcome)];
+    crate::metrics::count(
+        FILES,
+        FILES_HELP,
+        &labels("loaded"),
+        run.loaded.len() as f64,
+    );
+    crate::metrics::count(
+        FILES,
+        FILES_HELP,
+        &labels("failed"),
+        run.failed.len() as f64,
+    );
+    let lag = run
+        .loaded
+        .iter()
+        .map(|f| f.meta.last_modified)
+        .min()
+        .map_or(0, |oldest| {
+            started.signed_duration_since(oldest).num_seconds().max(0)
+        });
+    crate::metrics::set(
+        "icestage_pipe_lag_seconds",
+        "Age of the oldest file a pipe's last run loaded, when the run started (0: nothing was waiting).",
+        &[("pipe", name)],
+        lag as f64,
+    );
 }
 
 /// The files under the pipe's prefix not loaded yet (failed ones left out),

@@ -92,9 +92,37 @@ pub struct ServiceSettings {
     /// one at a time per pipe). On by default.
     #[serde(default = "default_run_pipes")]
     pub run_pipes: bool,
+    /// How long a bearer token from the REST catalog's OAuth endpoint
+    /// (`POST /iceberg/v1/oauth/tokens`) lasts, e.g. `1h` (the default);
+    /// from 1s to 24h.
+    #[serde(default = "default_oauth_lifetime")]
+    pub oauth_token_lifetime: String,
+    /// The bearer token `GET /metrics` takes on the service's address
+    /// (Prometheus' `authorization` setting). Unset: `/metrics` answers
+    /// there to nobody (404: see `metrics_listen`).
+    #[serde(default)]
+    pub metrics_token: Option<Secret>,
+    /// A second address serving `GET /metrics` alone, without a token
+    /// (`127.0.0.1:9464`): for a scraper on a private network.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
+    /// `text` (the default) or `json`: the form of the log lines on stderr
+    /// (one per request, one per state change), filtered by `ICESTAGE_LOG`
+    /// or `RUST_LOG` (`info` by default; `icestage::request=off` drops the
+    /// request lines).
+    #[serde(default = "default_log_format")]
+    pub log_format: String,
     /// Who may call, and what.
     #[serde(default)]
     pub tokens: Vec<TokenSettings>,
+}
+
+fn default_log_format() -> String {
+    "text".to_string()
+}
+
+fn default_oauth_lifetime() -> String {
+    "1h".to_string()
 }
 
 /// `[service.webhook]`
@@ -210,6 +238,8 @@ impl ServiceConfig {
             }
         }
         config.timeout()?;
+        config.oauth_lifetime()?;
+        config.json_log()?;
         if config.catalogs.is_empty() && config.warehouse.is_none() {
             return Err(Error::Config(
                 "no catalog: set warehouse = \"<folder>\" or add [[catalogs]] entries".to_string(),
@@ -278,6 +308,28 @@ impl ServiceConfig {
 
     pub(crate) fn timeout(&self) -> Result<Duration> {
         parse_duration(&self.service.request_timeout)
+    }
+
+    /// Whether the log lines are JSON.
+    pub(crate) fn json_log(&self) -> Result<bool> {
+        match self.service.log_format.as_str() {
+            "text" => Ok(false),
+            "json" => Ok(true),
+            other => Err(Error::Config(format!(
+                "[service] log_format = '{other}' is not a log format: use \"text\" or \"json\""
+            ))),
+        }
+    }
+
+    pub(crate) fn oauth_lifetime(&self) -> Result<Duration> {
+        let text = &self.service.oauth_token_lifetime;
+        let lifetime = parse_duration(text)?;
+        if !(Duration::from_secs(1)..=Duration::from_secs(24 * 3600)).contains(&lifetime) {
+            return Err(Error::Config(format!(
+                "[service] oauth_token_lifetime = '{text}' is out of range: set it from 1s to 24h"
+            )));
+        }
+        Ok(lifetime)
     }
 
     /// Tokens by their secret value.

@@ -166,6 +166,11 @@ pub(crate) async fn create_upload(
     }
     let table = datafusion::common::TableReference::partial(namespace, name);
     let opened = state.ops().create_upload(table, options).await?;
+    crate::metrics::transition(
+        crate::metrics::Session::Upload,
+        opened.upload_id.as_str(),
+        opened.state.as_str(),
+    );
     // What reaches the staging table: this service's REST catalog with a
     // token for that table alone (none once the upload can take no rows).
     let connection = match opened.state {
@@ -298,6 +303,11 @@ pub(crate) async fn abort_upload(
 ) -> ApiResult {
     let status = owned_upload(&state, &caller, &id).await?;
     let aborted = state.ops().abort_upload(&status.upload_id).await?;
+    crate::metrics::transition(
+        crate::metrics::Session::Upload,
+        status.upload_id.as_str(),
+        UploadState::Aborted.as_str(),
+    );
     answer(StatusCode::OK, aborted)
 }
 
@@ -316,11 +326,18 @@ pub(crate) async fn create_download(
         ..DownloadOptions::default()
     };
     let created = state.ops().create_download(query, options).await?;
-    // Read access comes from POST /downloads/{id}/credentials once the
-    // download is ready: a REST connection with a read token, never the
-    // backend catalog.
+    // What the client configures its catalog with now, as the design's
+    // client does: this service's REST catalog with a read token that
+    // reads nothing until the download is ready (the catalog answers "not
+    // ready" until then), never the backend catalog.
+    crate::metrics::transition(
+        crate::metrics::Session::Download,
+        created.download_id.as_str(),
+        "created",
+    );
+    let token = state.download_connection_token(&created.download_id);
     let mut body = json_of(&[created])?.into_iter().next().unwrap_or_default();
-    body.insert("connection".to_string(), Json_::Null);
+    body.insert("connection".to_string(), state.rest_connection(&token));
     Ok((StatusCode::ACCEPTED, Json(Json_::Object(body))).into_response())
 }
 

@@ -89,6 +89,8 @@ impl Limiter {
         let wait = self.refill(bucket);
         if wait.is_none() {
             bucket.0 -= 1.0;
+        } else {
+            refusal("caller");
         }
         wait
     }
@@ -100,7 +102,7 @@ impl Limiter {
         let mut strangers = self.strangers.lock().unwrap_or_else(|e| e.into_inner());
         let address = peer();
         let full = strangers.len() >= MAX_STRANGERS;
-        match strangers.get_mut(&address) {
+        let wait = match strangers.get_mut(&address) {
             Some(bucket) => self.refill(bucket),
             None if full => {
                 strangers.retain(|_, (_, last)| last.elapsed() < Duration::from_secs(60));
@@ -109,7 +111,11 @@ impl Limiter {
                 (strangers.len() >= MAX_STRANGERS).then_some(1)
             }
             None => None,
+        };
+        if wait.is_some() {
+            refusal("address");
         }
+        wait
     }
 
     /// Charges a failed authentication to this request's address.
@@ -149,4 +155,15 @@ mod tests {
         assert!(limiter.admit("session u1").is_some());
         assert_eq!(limiter.admit("token 'api'"), None);
     }
+}
+
+/// Counts one request refused by a rate limit: a `caller`'s (a token or a
+/// session) or an `address`'s (failed authentications).
+fn refusal(by: &str) {
+    crate::metrics::count(
+        "icestage_rate_limited_total",
+        "Requests refused by a rate limit: a caller's, or an address's after failed authentications.",
+        &[("by", by)],
+        1.0,
+    );
 }

@@ -11,6 +11,8 @@ mod config;
 mod filter;
 mod handlers;
 mod limit;
+mod log;
+mod oauth;
 mod openapi;
 mod rest;
 mod rest_error;
@@ -38,7 +40,7 @@ use crate::catalog::Icestage;
 use crate::config::format_duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::rows::ResultRow;
-use crate::upload::UploadId;
+use crate::upload::{UploadId, UploadState};
 
 /// The service's shared state.
 #[derive(Clone)]
@@ -52,6 +54,11 @@ struct Inner {
     /// Tokens by the SHA-256 of their secret.
     tokens: Vec<([u8; 32], TokenSettings)>,
     id_secret: Vec<u8>,
+    /// How long an OAuth bearer token lasts.
+    oauth_lifetime: Duration,
+    /// The hash of `metrics_token`, when set.
+    metrics_token: Option<[u8; 32]>,
+    log: log::Log,
     timeout: Duration,
     limiter: limit::Limiter,
     /// Where clients reach this service (see `ServiceSettings::public_url`),
@@ -102,6 +109,13 @@ impl AppState {
             limiter,
             tokens: config.tokens()?,
             timeout: config.timeout()?,
+            oauth_lifetime: config.oauth_lifetime()?,
+            metrics_token: config
+                .service
+                .metrics_token
+                .as_ref()
+                .map(|t| Sha256::digest(t.expose().as_bytes()).into()),
+            log: log::Log::new(config.json_log()?),
             ops: Operations::new(&ctx)?,
             ctx,
             icestage,
@@ -133,10 +147,17 @@ impl AppState {
         })
     }
 
+    /// The API token `presented` stands for: the token whose secret it is,
+    /// or whose OAuth bearer token it is while that lasts ([`oauth`]).
+    pub(crate) fn api_token(&self, presented: &str) -> Option<TokenSettings> {
+        self.static_token(presented)
+            .or_else(|| oauth::holder(&self.0.id_secret, &self.0.tokens, presented))
+    }
+
     /// The API token whose secret is `presented`. Every token is compared,
     /// in constant time, as a fixed-length hash: neither the match's
     /// position nor the secret's length shows in the time taken.
-    pub(crate) fn api_token(&self, presented: &str) -> Option<TokenSettings> {
+    pub(crate) fn static_token(&self, presented: &str) -> Option<TokenSettings> {
         let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let mut found = None;
         for (hash, token) in &self.0.tokens {
@@ -145,6 +166,30 @@ impl AppState {
             }
         }
         found.cloned()
+    }
+
+    /// The hash of the secret of the API token `name` (zeros for none).
+    pub(crate) fn token_hash(&self, name: &str) -> [u8; 32] {
+        self.0
+            .tokens
+            .iter()
+            .find(|(_, t)| t.name == name)
+            .map_or([0; 32], |(hash, _)| *hash)
+    }
+
+    /// The key of the service's MACs (`id_secret`).
+    pub(crate) fn id_secret(&self) -> &[u8] {
+        &self.0.id_secret
+    }
+
+    /// How long an OAuth bearer token lasts.
+    pub(crate) fn oauth_lifetime(&self) -> Duration {
+        self.0.oauth_lifetime
+    }
+
+    /// Requests one token may make per minute.
+    pub(crate) fn requests_per_minute(&self) -> u32 {
+        self.0.config.service.requests_per_minute
     }
 
     /// Takes one request from the authenticated caller `key`'s token
@@ -197,18 +242,29 @@ impl AppState {
             // 202. A claim left behind by a failure lapses with its lease and
             // the retry takes it over.
             let mut pause = Duration::from_secs(1);
+            let started = std::time::Instant::now();
             for _ in 0..5 {
                 let promoted = match state.ops().promote_options() {
                     Ok(options) => state.ops().promote_upload(&id, options).await,
                     Err(e) => Err(e),
                 };
-                match promoted {
+                let outcome = match promoted {
                     Err(e) if matches!(e.kind(), ErrorKind::Upstream | ErrorKind::Internal) => {
                         tokio::time::sleep(pause).await;
                         pause *= 2;
+                        continue;
                     }
-                    _ => break,
-                }
+                    Ok(promotion) => promotion.state.as_str(),
+                    Err(_) => UploadState::Failed.as_str(),
+                };
+                crate::metrics::observe(
+                    "icestage_promotion_duration_seconds",
+                    "Time from an upload's complete to its promotion's outcome, retries included.",
+                    &[("outcome", outcome)],
+                    started.elapsed().as_secs_f64(),
+                );
+                crate::metrics::transition(crate::metrics::Session::Upload, id.as_str(), outcome);
+                break;
             }
             state
                 .0
@@ -218,6 +274,26 @@ impl AppState {
                 .remove(id.as_str());
         });
         self.0.icestage.keep_background(task);
+    }
+
+    /// The read token `POST /downloads` answers for download `id`: its
+    /// secret is a keyed hash of the id, so every replica sharing
+    /// `id_secret` knows it without storing it, and it reads the download
+    /// (and nothing else) while the download is ready. The token of
+    /// `POST /downloads/{id}/credentials` is another, kept on the table.
+    pub(crate) fn download_connection_token(&self, id: &crate::download::DownloadId) -> String {
+        format!(
+            "d.{}.{}",
+            id.as_str(),
+            self.download_connection_secret(id.as_str())
+        )
+    }
+
+    /// The secret of [`AppState::download_connection_token`].
+    pub(crate) fn download_connection_secret(&self, id: &str) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0.id_secret).expect("any key length");
+        mac.update(format!("download-connection:{id}").as_bytes());
+        hex::encode(mac.finalize().into_bytes())
     }
 
     /// The upload id for `key` from `caller`: a keyed hash, so a retried
@@ -401,6 +477,8 @@ pub fn router(state: AppState) -> Router {
             post(handlers::download_credentials),
         )
         .merge(rest::routes())
+        .merge(oauth::routes())
+        .route("/metrics", get(metrics))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -412,9 +490,125 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             deadline,
         ))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), observe))
         .layer(axum::middleware::from_fn(limit::with_peer))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
+}
+
+/// `GET /metrics` on the service's address: with `metrics_token` as the
+/// bearer token only (404 when none is set, as if it were not there).
+async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    let Some(expected) = state.0.metrics_token else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "metrics are not served here: set [service] metrics_token (or metrics_listen)",
+        )
+        .into_response();
+    };
+    let presented: [u8; 32] = Sha256::digest(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default()
+            .as_bytes(),
+    )
+    .into();
+    if !crate::secret::equal_time(&expected, &presented) {
+        state.limiter().refused();
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send [service] metrics_token as Authorization: Bearer <token>",
+        )
+        .into_response();
+    }
+    metrics_text().await
+}
+
+/// The metrics in Prometheus' text format.
+async fn metrics_text() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        crate::metrics::render(),
+    )
+        .into_response()
+}
+
+/// Counts and times every request (by route template, never the path a
+/// client wrote: the series stay bounded) and logs one line for it, with
+/// a request id (the client's `x-request-id` when it is a short plain
+/// word, else a new one), answered in `x-request-id`.
+async fn observe(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().to_string();
+    let id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            (1..=64).contains(&v.len())
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+        .map_or_else(|| hex::encode(rand::random::<[u8; 8]>()), str::to_string);
+    let log = &state.0.log;
+    let caller = log
+        .shows("icestage::request", log::Level::Info)
+        .then(|| caller_name(&state, request.headers()));
+    let mut response = next.run(request).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let status = response.status().as_u16().to_string();
+    crate::metrics::count(
+        "icestage_http_requests_total",
+        "HTTP requests answered, by route, method and status.",
+        &[("route", &route), ("method", &method), ("status", &status)],
+        1.0,
+    );
+    crate::metrics::observe(
+        "icestage_http_request_duration_seconds",
+        "Time to answer an HTTP request, by route.",
+        &[("route", &route)],
+        seconds,
+    );
+    if let Some(caller) = caller {
+        let mut fields = serde_json::Map::new();
+        fields.insert("request_id".into(), json!(id));
+        fields.insert("method".into(), json!(method));
+        fields.insert("route".into(), json!(route));
+        fields.insert("status".into(), json!(response.status().as_u16()));
+        fields.insert("latency_ms".into(), json!((seconds * 1e4).round() / 10.0));
+        fields.insert("caller".into(), json!(caller));
+        log.line("icestage::request", log::Level::Info, fields);
+    }
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    response
+}
+
+/// Who a request says it is, for the log: its API token's name, its
+/// session's id, or `anonymous`; never the token itself.
+fn caller_name(state: &AppState, headers: &axum::http::HeaderMap) -> String {
+    let Some(presented) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return "anonymous".to_string();
+    };
+    if let Some((kind, id, _)) = crate::session::token::parse(presented) {
+        return format!("{} session {id}", kind.tag_name());
+    }
+    state
+        .api_token(presented)
+        .map_or_else(|| "unknown token".to_string(), |t| t.name)
 }
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM, whichever comes first.
@@ -454,6 +648,18 @@ pub async fn serve(config: ServiceConfig) -> Result<()> {
     }
     if state.0.config.service.run_pipes {
         tokio::spawn(run_pipes(state.clone()));
+    }
+    log::install(state.0.log.clone());
+    if let Some(address) = &state.0.config.service.metrics_listen {
+        let metrics = tokio::net::TcpListener::bind(address).await.map_err(|e| {
+            Error::Config(format!("cannot listen on {address} (metrics_listen): {e}"))
+        })?;
+        eprintln!(
+            "icestage serve: metrics on http://{}/metrics",
+            metrics.local_addr()?
+        );
+        let app = Router::new().route("/metrics", get(metrics_text));
+        tokio::spawn(async move { axum::serve(metrics, app).await });
     }
     let bound = format!("http://{}", listener.local_addr()?);
     let public = state.0.config.service.public_url.clone();

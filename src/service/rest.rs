@@ -202,7 +202,12 @@ async fn bearer(state: &AppState, headers: &HeaderMap) -> std::result::Result<Be
     let Some(token) = state.api_token(presented) else {
         stranger()?;
         return Err(refused(unauthorized(
-            "the token is not a session token icestage issued",
+            if super::oauth::looks_issued(presented) {
+                "the OAuth token has expired or is not valid: get a new one from \
+             POST /iceberg/v1/oauth/tokens"
+            } else {
+                "the token is not a session token icestage issued"
+            },
         )));
     };
     slow_down(state, &format!("token '{}'", token.name))?;
@@ -273,11 +278,21 @@ async fn session_access(
         }
         TokenKind::Download => {
             let id = DownloadId::parse(id).map_err(|_| unauthorized("the token is not valid"))?;
+            let connection = state.download_connection_secret(id.as_str());
             let download = find_download(&state.0.icestage, &id)
                 .await?
-                .filter(|d| holds(&d.table, secret))
+                .filter(|d| {
+                    holds(&d.table, secret)
+                        || crate::secret::equal_time(connection.as_bytes(), secret.as_bytes())
+                })
                 .ok_or_else(|| unauthorized("the token is not valid, or its download has ended"))?;
             slow_down(state, &format!("session {id}"))?;
+            if download.state == DownloadState::Pending && !download.is_expired(Utc::now()) {
+                return Err(RestError::not_ready(format!(
+                    "download {id} is not ready yet (pending): wait until GET /downloads/{id} \
+                     answers ready (or its webhook comes), then load the table"
+                )));
+            }
             if download.state != DownloadState::Ready || download.is_expired(Utc::now()) {
                 return Err(RestError::new(
                     StatusCode::FORBIDDEN,
@@ -303,9 +318,13 @@ fn holds(table: &Table, secret: &str) -> bool {
 }
 
 async fn config(State(state): State<AppState>, headers: HeaderMap) -> RestResult {
-    let endpoints = match bearer(&state, &headers).await? {
-        Bearer::Session(_) => ENDPOINTS,
-        Bearer::Catalog(_) => catalog_view::ENDPOINTS,
+    let endpoints = match bearer(&state, &headers).await {
+        Ok(Bearer::Session(_)) => ENDPOINTS,
+        Ok(Bearer::Catalog(_)) => catalog_view::ENDPOINTS,
+        // A client configures its catalog as soon as it has the download's
+        // connection; its table answers once the download is ready.
+        Err(e) if e.is_not_ready() => ENDPOINTS,
+        Err(e) => return Err(e),
     };
     Ok(Json(json!({
         "defaults": {},

@@ -6,6 +6,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+/// The error type of [`RestError::not_ready`].
+const NOT_READY: &str = "NotReadyException";
+
 /// An error as the REST protocol returns it: `{"error": {"message", "type",
 /// "code"}}`; clients map the code to their exceptions (409 is a retryable
 /// commit failure).
@@ -23,6 +26,16 @@ impl RestError {
             kind,
             message: message.into(),
         }
+    }
+
+    /// A download's table asked for before it is ready: its token is
+    /// good, and the catalog's configuration is answered.
+    pub(super) fn not_ready(message: String) -> Self {
+        Self::new(StatusCode::FORBIDDEN, NOT_READY, message)
+    }
+
+    pub(super) fn is_not_ready(&self) -> bool {
+        self.kind == NOT_READY
     }
 
     pub(super) fn not_found(what: &str) -> Self {

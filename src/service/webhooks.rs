@@ -279,6 +279,12 @@ pub(crate) async fn dispatch(state: AppState, webhook: WebhookSettings) {
                     acknowledged.push((event.id.clone(), response.status().as_u16()));
                 }
                 _ => {
+                    crate::metrics::count(
+                        "icestage_webhook_delivery_failures_total",
+                        "Webhook deliveries that failed (each is tried again with backoff).",
+                        &[("type", event.kind.as_str())],
+                        1.0,
+                    );
                     let attempts = retry.get(&event.id).map_or(0, |(a, _)| *a) + 1;
                     let wait = Duration::from_secs(2u64.saturating_pow(attempts).min(300));
                     retry.insert(event.id.clone(), (attempts, Instant::now() + wait));

@@ -34,6 +34,14 @@ impl TokenKind {
             Self::Download => "d",
         }
     }
+
+    /// `upload` or `download`, for messages and logs.
+    pub(crate) fn tag_name(self) -> &'static str {
+        match self {
+            Self::Upload => "upload",
+            Self::Download => "download",
+        }
+    }
 }
 
 /// A new token for session `id`, and the hash its table keeps.

@@ -216,6 +216,22 @@ async fn verify_bytes(
             other?
         }
     };
+    crate::metrics::count(
+        "icestage_verified_rows_total",
+        "Rows read from staged files by verification.",
+        &[],
+        verified.rows as f64,
+    );
+    crate::metrics::count(
+        "icestage_verified_bytes_total",
+        "Bytes of staged files verification read.",
+        &[],
+        verified
+            .files
+            .iter()
+            .map(|f| f.file_size_in_bytes() as f64)
+            .sum(),
+    );
     validation.reasons.extend(verified.reasons.iter().cloned());
     validation
         .reasons

@@ -10,15 +10,28 @@ use datafusion::prelude::SessionContext;
 use icestage::IcestageConfig;
 use tempfile::TempDir;
 
-/// A temporary embedded warehouse (SQLite catalog + data files).
+/// A temporary warehouse: data files in a fresh folder, the catalog in the
+/// embedded SQLite database there ([`Warehouse::new`]) or in a fresh
+/// PostgreSQL database ([`Warehouse::postgres`]).
 pub struct Warehouse {
     dir: TempDir,
+    postgres: Option<PgDatabase>,
 }
 
 impl Warehouse {
     pub fn new() -> Self {
         Self {
             dir: tempfile::tempdir().expect("temp dir"),
+            postgres: None,
+        }
+    }
+
+    /// A warehouse whose catalog is a fresh database on the test
+    /// PostgreSQL server ([`PgDatabase`]).
+    pub async fn postgres() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+            postgres: Some(PgDatabase::new().await),
         }
     }
 
@@ -26,8 +39,46 @@ impl Warehouse {
         self.dir.path()
     }
 
+    /// The PostgreSQL URI of the catalog, for a PostgreSQL warehouse.
+    pub fn postgres_uri(&self) -> Option<&str> {
+        self.postgres.as_ref().map(|db| db.uri.as_str())
+    }
+
     pub fn config(&self) -> IcestageConfig {
-        IcestageConfig::embedded(self.path()).expect("embedded config")
+        match &self.postgres {
+            None => IcestageConfig::embedded(self.path()).expect("embedded config"),
+            Some(_) => IcestageConfig::from_toml_str(&self.catalog_toml()).expect("config"),
+        }
+    }
+
+    /// The catalog as TOML: `warehouse = "<folder>"` for the embedded
+    /// catalog, a `[[catalogs]]` entry otherwise. Root-level keys and
+    /// arrays only, so it may open a config or end one.
+    pub fn catalog_toml(&self) -> String {
+        let dir = self.path().canonicalize().expect("warehouse folder");
+        match &self.postgres {
+            None => format!("warehouse = \"{}\"\n", dir.display()),
+            Some(db) => format!(
+                "[[catalogs]]\nname = \"local\"\ntype = \"sql\"\n[catalogs.config]\n\
+                 uri = \"{}\"\nwarehouse = \"file://{}\"\n",
+                db.uri,
+                dir.display()
+            ),
+        }
+    }
+
+    /// The shell's flag and value that open this warehouse's catalog.
+    pub fn shell_args(&self) -> [std::ffi::OsString; 2] {
+        match &self.postgres {
+            None => ["--warehouse".into(), self.path().into()],
+            Some(_) => {
+                let file = self.path().join("catalogs.toml");
+                if !file.exists() {
+                    std::fs::write(&file, self.catalog_toml()).expect("catalog config");
+                }
+                ["--catalog-config".into(), file.into()]
+            }
+        }
     }
 
     /// A new session on this warehouse: as another process would see it,
@@ -146,7 +197,10 @@ pub async fn create_upload(ctx: &SessionContext, target: &str) -> Upload {
 
 /// The `icestage` shell on one catalog (`--warehouse DIR` or
 /// `--catalog-config FILE`), quiet, printing CSV.
-pub fn shell_csv(catalog_flag: &str, catalog: &Path) -> Command {
+pub fn shell_csv(
+    catalog_flag: impl AsRef<std::ffi::OsStr>,
+    catalog: impl AsRef<std::ffi::OsStr>,
+) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_icestage"));
     command
         .arg(catalog_flag)
@@ -177,4 +231,76 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     files
+}
+
+/// A fresh database on the test PostgreSQL server, dropped when the test
+/// ends. The server is `ICESTAGE_TEST_POSTGRES` (default
+/// `postgres://postgres@127.0.0.1:5432/postgres`, the one this project's
+/// development and CI machines run); a server that does not answer fails
+/// the test with what to do, never skips it.
+pub struct PgDatabase {
+    admin: String,
+    name: String,
+    /// The URI of the fresh database.
+    pub uri: String,
+}
+
+impl PgDatabase {
+    pub async fn new() -> Self {
+        use sqlx::Connection;
+        static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let admin = std::env::var("ICESTAGE_TEST_POSTGRES")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string());
+        let mut connection = sqlx::PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "no PostgreSQL answers at {admin} ({e}): start one, or set \
+                 ICESTAGE_TEST_POSTGRES=postgres://user@host:port/database to a server where \
+                 that user may create databases"
+                )
+            });
+        let name = format!(
+            "icestage_test_{}_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        );
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut connection)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create database {name} at {admin}: {e}"));
+        let mut uri = url::Url::parse(&admin).expect("ICESTAGE_TEST_POSTGRES is a URI");
+        uri.set_path(&name);
+        Self {
+            admin,
+            name,
+            uri: uri.to_string(),
+        }
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        // Its own runtime on its own thread: a drop may run inside a test's.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                use sqlx::Connection;
+                if let Ok(mut connection) = sqlx::PgConnection::connect(&admin).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut connection)
+                        .await;
+                }
+            })
+        })
+        .join();
+    }
 }

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::common::{Warehouse, create_upload, run, scalar, shell_csv};
 
 fn icestage(warehouse: &Warehouse, sql: &str) -> Command {
-    let mut command = shell_csv("--warehouse", warehouse.path());
+    let [flag, catalog] = warehouse.shell_args();
+    let mut command = shell_csv(flag, catalog);
     command.args(["-c", sql]);
     command
 }
@@ -91,7 +92,15 @@ async fn staging_tables(warehouse: &Warehouse) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_promoting_one_upload_commit_it_once() {
-    let warehouse = Warehouse::new();
+    two_processes_promoting_one_upload(Warehouse::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_promoting_one_upload_on_postgres_commit_it_once() {
+    two_processes_promoting_one_upload(Warehouse::postgres().await).await;
+}
+
+async fn two_processes_promoting_one_upload(warehouse: Warehouse) {
     let id = target_with_upload(&warehouse, 50).await;
     let sql = format!("SELECT state FROM promote_upload('{id}')");
     let children: Vec<Child> = (0..2).map(|_| spawn(icestage(&warehouse, &sql))).collect();
@@ -238,11 +247,19 @@ async fn a_promotion_killed_at_any_step_lands_once_when_run_again() {
 /// runs the long version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promote_and_abort_racing_never_both_win() {
+    promote_and_abort_race(Warehouse::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promote_and_abort_racing_on_postgres_never_both_win() {
+    promote_and_abort_race(Warehouse::postgres().await).await;
+}
+
+async fn promote_and_abort_race(warehouse: Warehouse) {
     let trials: usize = std::env::var("ICESTAGE_RACE_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(6);
-    let warehouse = Warehouse::new();
     let (mut promoted, mut aborted) = (0, 0);
     let mut expected_rows = 0usize;
     for trial in 0..trials {

@@ -14,6 +14,7 @@ mod ingest;
 mod insert;
 mod layers;
 mod pipes;
+mod postgres;
 mod pyiceberg;
 mod service;
 mod shell;

@@ -7,6 +7,8 @@ JSON for the Rust test to check.
     pyiceberg_client.py append   CONNECTION STAGING_TABLE ROWS
     pyiceberg_client.py read     CONNECTION TABLE UPLOAD_ID
     pyiceberg_client.py read-table CONNECTION TABLE   (a download: row count, columns, rows)
+    pyiceberg_client.py create   CONNECTION TABLE ROWS (the table, its namespace and ROWS
+                                 transactions, written by PyIceberg first)
     pyiceberg_client.py field-ids CONNECTION TABLE
     pyiceberg_client.py evolve   CONNECTION TABLE     (add 'note', drop 'currency')
     pyiceberg_client.py retype   CONNECTION TABLE COLUMN
@@ -64,6 +66,21 @@ def append(connection: str, staging_table: str, rows: int) -> None:
             r["note"] = "from pyiceberg"
     staging.append(pa.Table.from_pylist(records, schema=schema))
     print(json.dumps({"appended": rows}))
+
+
+def create(connection: str, table: str, rows: int) -> None:
+    c = catalog(connection)
+    c.create_namespace_if_not_exists(table.rsplit(".", 1)[0])
+    schema = pa.schema([
+        pa.field("transaction_id", pa.string(), nullable=False),
+        pa.field("account_id", pa.string(), nullable=False),
+        pa.field("amount_cents", pa.int64(), nullable=False),
+        pa.field("currency", pa.string(), nullable=False),
+        pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ])
+    t = c.create_table(table, schema=schema)
+    t.append(pa.Table.from_pylist(transactions(rows, schema.names), schema=schema))
+    print(json.dumps({"created": table, "rows": rows}))
 
 
 def read(connection: str, table: str, upload_id: str) -> None:
@@ -198,6 +215,7 @@ if __name__ == "__main__":
         "append": lambda c, t, n: append(c, t, int(n)),
         "read": read,
         "read-table": read_table,
+        "create": lambda c, t, n: create(c, t, int(n)),
         "field-ids": field_ids,
         "evolve": evolve,
         "retype": retype,

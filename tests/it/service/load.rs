@@ -135,9 +135,18 @@ async fn load_session(
 /// here asserts a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_upload_sessions_land_exactly_once() {
+    two_hundred_sessions(Warehouse::new()).await;
+}
+
+/// The same load on a PostgreSQL catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_upload_sessions_land_exactly_once_on_postgres() {
+    two_hundred_sessions(Warehouse::postgres().await).await;
+}
+
+async fn two_hundred_sessions(warehouse: Warehouse) {
     const SESSIONS: usize = 200;
     const ROWS: usize = 10;
-    let warehouse = Warehouse::new();
     target(&warehouse).await;
     let path = warehouse.path().join("service.toml");
     let text_config = config(&warehouse, "").replace(

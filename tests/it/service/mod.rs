@@ -4,6 +4,8 @@
 //! bounded load test. This file holds what they share.
 
 mod load;
+mod oauth;
+mod observe;
 mod pipes;
 mod processes;
 mod red_team;
@@ -33,7 +35,7 @@ const OTHER: &str = "sk_test_other";
 fn config(warehouse: &Warehouse, extra: &str) -> String {
     format!(
         r#"
-warehouse = "{}"
+{}
 [service]
 listen = "127.0.0.1:0"
 id_secret = "replicas-share-this"
@@ -50,7 +52,7 @@ token = "{OTHER}"
 tables = ["payments.transactions"]
 operations = ["download"]
 "#,
-        warehouse.path().display()
+        warehouse.catalog_toml()
     )
 }
 

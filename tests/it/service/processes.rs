@@ -92,6 +92,43 @@ async fn the_design_s_python_client_against_the_service() {
     design_client_promotes(&Service::start(&write_config(&warehouse, "")), 7);
 }
 
+/// The design's download client: it configures its catalog from the
+/// answer of `POST /downloads`, is told "not ready" while the download is
+/// being filled (held there by a failpoint), waits, and reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_design_s_download_client_configures_its_catalog_from_the_create_answer() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let resume = warehouse.path().join("resume-download");
+    let service = Service::start_with(
+        &write_config(&warehouse, ""),
+        &[
+            ("ICESTAGE_FAILPOINT", "download.fill"),
+            ("ICESTAGE_FAILPOINT_RESUME", resume.to_str().unwrap()),
+        ],
+    );
+    design_client_promotes(&service, 7);
+    let out = python_script(
+        "download_client.py",
+        &[
+            &service.url,
+            TOKEN,
+            "payments.transactions",
+            resume.to_str().unwrap(),
+        ],
+    );
+    let out: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (text(&out, "state"), out["rows"].as_u64()),
+        ("ready".to_string(), Some(7)),
+        "{out}"
+    );
+    assert!(
+        text(&out, "early").contains("is not ready yet (pending)"),
+        "{out}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_design_s_python_client_on_an_s3_warehouse() {
     let moto = Moto::start();

@@ -205,6 +205,16 @@ async fn killer(replicas: Arc<Mutex<Replicas>>, ledger: Arc<Mutex<Ledger>>, dead
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_with_killed_replicas_loses_and_doubles_nothing() {
+    soak(Warehouse::new()).await;
+}
+
+/// The same soak, the replicas sharing a PostgreSQL catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_with_killed_replicas_on_postgres_loses_and_doubles_nothing() {
+    soak(Warehouse::postgres().await).await;
+}
+
+async fn soak(warehouse: Warehouse) {
     let seconds: u64 = std::env::var("ICESTAGE_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -213,7 +223,6 @@ async fn soak_with_killed_replicas_loses_and_doubles_nothing() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(6);
-    let warehouse = Warehouse::new();
     target(&warehouse).await;
     let config = write_config(&warehouse, "promotion_lease = \"3s\"\nrun_pipes = false\n");
     let replicas = Arc::new(Mutex::new(Replicas {
