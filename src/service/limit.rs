@@ -135,6 +135,17 @@ impl Limiter {
     }
 }
 
+/// Counts one request refused by a rate limit: a `caller`'s (a token or a
+/// session) or an `address`'s (failed authentications).
+fn refusal(by: &str) {
+    crate::metrics::count(
+        "icestage_rate_limited_total",
+        "Requests refused by a rate limit: a caller's, or an address's after failed authentications.",
+        &[("by", by)],
+        1.0,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,15 +166,4 @@ mod tests {
         assert!(limiter.admit("session u1").is_some());
         assert_eq!(limiter.admit("token 'api'"), None);
     }
-}
-
-/// Counts one request refused by a rate limit: a `caller`'s (a token or a
-/// session) or an `address`'s (failed authentications).
-fn refusal(by: &str) {
-    crate::metrics::count(
-        "icestage_rate_limited_total",
-        "Requests refused by a rate limit: a caller's, or an address's after failed authentications.",
-        &[("by", by)],
-        1.0,
-    );
 }

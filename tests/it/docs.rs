@@ -146,7 +146,7 @@ fn the_readme_sql_runs_as_written() {
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join("readme.sql");
         std::fs::write(&script, &body).unwrap();
-        let output = shell_csv("--warehouse", &dir.path().join("warehouse"))
+        let output = shell_csv("--warehouse", dir.path().join("warehouse"))
             .arg("-f")
             .arg(&script)
             .output()
