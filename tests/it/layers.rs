@@ -13,6 +13,7 @@ const LAYERS: &[&str] = &[
     "error",
     "limits",
     "secret",
+    "metrics",
     "config",
     "rows",
     "progress",
