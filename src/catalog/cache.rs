@@ -101,6 +101,8 @@ impl<K: std::hash::Hash + Eq + Clone, V> Lru<K, V> {
 #[derive(Debug)]
 pub(crate) struct KeptTables {
     pointers: PointerStore,
+    /// Reads the size of a metadata file before its first parse.
+    io: iceberg::io::FileIO,
     /// Each table, and whether its metadata is known to be what icestage
     /// committed (its own commit, or a file checked since it was parsed:
     /// [`KeptTables::vouch`]).
@@ -108,10 +110,11 @@ pub(crate) struct KeptTables {
 }
 
 impl KeptTables {
-    /// Tables whose pointers `pointers` reads.
-    pub(crate) fn new(pointers: PointerStore) -> Self {
+    /// Tables whose pointers `pointers` reads, their files read by `io`.
+    pub(crate) fn new(pointers: PointerStore, io: iceberg::io::FileIO) -> Self {
         Self {
             pointers,
+            io,
             kept: Mutex::new(Lru::new(MOST_TABLES)),
         }
     }
@@ -124,14 +127,33 @@ impl KeptTables {
     /// is that version, else loaded from `inner` (and kept).
     pub(crate) async fn load(&self, inner: &dyn Catalog, table: &TableIdent) -> Result<Table> {
         // Any trouble reading the pointer: the catalog's own load answers.
-        if let Ok(Some(location)) = self.pointers.location(table).await
-            && let Some(kept) = self
+        let location = self.pointers.location(table).await.ok().flatten();
+        if let Some(location) = &location {
+            if let Some(kept) = self
                 .kept()
                 .get(table)
                 .filter(|(kept, _)| kept.metadata_location() == Some(location.as_str()))
                 .map(|(kept, _)| kept.clone())
-        {
-            return Ok(kept);
+            {
+                return Ok(kept);
+            }
+            // Its first parse: a client that can write the metadata folder
+            // (a local warehouse) may have grown the file in place, and the
+            // parse holds all of it at once. Bounded as every metadata file
+            // a client could write.
+            let size = self.io.new_input(location)?.metadata().await?.size;
+            let bound = crate::limits::current().metadata_bytes;
+            if size > bound {
+                return Err(iceberg::Error::new(
+                    iceberg::ErrorKind::DataInvalid,
+                    format!(
+                        "the metadata file of {table}, {location}, holds {size} bytes, more than \
+                         the {} a metadata file may hold (limits.metadata_bytes): it was written \
+                         outside icestage; restore the table or raise the limit",
+                        crate::limits::human(bound)
+                    ),
+                ));
+            }
         }
         let loaded = inner.load_table(table).await?;
         // Parsed from a file: not vouched for until checked.

@@ -172,6 +172,9 @@ impl IcebergCatalog {
             _ => "DollarNumeric",
         };
         props.insert("sql_bind_style".to_string(), bind_style.to_string());
+        let io = iceberg::io::FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
+            .with_props(props.clone())
+            .build();
         let catalog = SqlCatalogBuilder::default()
             .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
             .load(&config.name, props)
@@ -200,7 +203,8 @@ impl IcebergCatalog {
             database,
             catalog_name: config.name.clone(),
         };
-        let scoped = scoped::ScopedCatalog::new(Arc::new(catalog)).keeping_tables(pointers.clone());
+        let scoped =
+            scoped::ScopedCatalog::new(Arc::new(catalog)).keeping_tables(pointers.clone(), io);
         Ok(Self {
             name: config.name.clone(),
             catalog: Arc::new(scoped.clone()),

@@ -90,8 +90,12 @@ impl ScopedCatalog {
 
     /// Keeps the tables it loads ([`super::cache`]); `pointers` reads
     /// their pointers.
-    pub(crate) fn keeping_tables(mut self, pointers: PointerStore) -> Self {
-        self.kept = Some(Arc::new(KeptTables::new(pointers)));
+    pub(crate) fn keeping_tables(
+        mut self,
+        pointers: PointerStore,
+        io: iceberg::io::FileIO,
+    ) -> Self {
+        self.kept = Some(Arc::new(KeptTables::new(pointers, io)));
         self
     }
 

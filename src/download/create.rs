@@ -42,6 +42,10 @@ pub struct DownloadOptions {
     pub lease: Duration,
     /// Who the download belongs to (a service's caller), if anyone.
     pub owner: Option<String>,
+    /// The catalog the download table goes in (a service's caller's, so
+    /// that one tenant's download never lands in another's catalog); the
+    /// default catalog when `None`.
+    pub catalog: Option<String>,
 }
 
 impl Default for DownloadOptions {
@@ -51,6 +55,7 @@ impl Default for DownloadOptions {
             wait: false,
             lease: Duration::from_secs(60),
             owner: None,
+            catalog: None,
         }
     }
 }
@@ -111,8 +116,12 @@ pub(crate) async fn plan_download(
     let (pinned, sources) = pin_snapshots(state, icestage, plan, cluster.as_ref()).await?;
     let schema = crate::tables::ddl::iceberg_schema(pinned.schema().as_arrow())?;
     let input = crate::tables::ddl::cast_to_table_types(pinned, &schema)?;
+    let catalog = match &options.catalog {
+        Some(name) => icestage.catalog(name)?.name().to_string(),
+        None => icestage.default_catalog().name().to_string(),
+    };
     let spec = CreateDownload {
-        catalog: icestage.default_catalog().name().to_string(),
+        catalog,
         schema,
         query,
         sources,

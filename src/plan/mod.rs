@@ -106,7 +106,7 @@ async fn plan_statement(
             check_options(
                 "CREATE DOWNLOAD",
                 &options,
-                &["ttl", "wait", "lease", "owner"],
+                &["ttl", "wait", "lease", "owner", "catalog"],
             )?;
             let option = |name: &str| option(&options, name);
             let options = DownloadOptions {
@@ -120,6 +120,7 @@ async fn plan_statement(
                     .transpose()?
                     .unwrap_or(std::time::Duration::from_secs(60)),
                 owner: option("owner").map(str::to_string),
+                catalog: option("catalog").map(str::to_string),
             };
             // Redacted from the parsed query (every literal form), then the
             // text once more.

@@ -153,9 +153,33 @@ pub struct TokenSettings {
     /// `upload`, `download`, `catalog` (the REST catalog's full view of its
     /// tables, for another icestage or any engine that manages them).
     pub operations: Vec<String>,
+    /// The catalogs (`[[catalogs]]` names) its tables are in: one service
+    /// can front several tenants' catalogs, and a token sees nothing of a
+    /// catalog it does not name (404). The first is where its requests go
+    /// unless they name another (`"catalog"` in a request body, the
+    /// `warehouse` of the REST catalog's `/v1/config`). Unset: the default
+    /// catalog alone.
+    #[serde(default)]
+    pub catalogs: Vec<String>,
 }
 
 impl TokenSettings {
+    /// The catalog this token's requests go to unless they name another:
+    /// its first catalog, or `default`.
+    pub(crate) fn home<'a>(&'a self, default: &'a str) -> &'a str {
+        self.catalogs.first().map_or(default, String::as_str)
+    }
+
+    /// Whether this token reaches catalog `name` (`default` is the
+    /// service's default catalog).
+    pub(crate) fn reaches_catalog(&self, name: &str, default: &str) -> bool {
+        if self.catalogs.is_empty() {
+            name == default
+        } else {
+            self.catalogs.iter().any(|c| c == name)
+        }
+    }
+
     /// Whether `table` (`namespace.table`) is one of this token's tables.
     pub(crate) fn reaches(&self, table: &str) -> bool {
         self.tables.iter().any(|pattern| {
@@ -402,6 +426,7 @@ mod tests {
             token: Secret::new("s".to_string()),
             tables: tables.iter().map(|t| t.to_string()).collect(),
             operations: vec!["catalog".to_string()],
+            catalogs: vec![],
         };
         let some = token(&["payments.transactions", "raw.*"]);
         assert!(some.reaches("payments.transactions"));

@@ -18,6 +18,9 @@ use super::{ApiError, AppState};
 #[serde(deny_unknown_fields)]
 pub(crate) struct DownloadRequest {
     pub(crate) table: String,
+    /// The catalog of `table`: one the token reaches (default: its first).
+    #[serde(default)]
+    pub(crate) catalog: Option<String>,
     #[serde(default)]
     pub(crate) columns: Option<Vec<String>>,
     #[serde(default)]
@@ -181,20 +184,16 @@ fn decimal(text: &str, precision: u8, scale: i8) -> Option<i128> {
 /// built from typed expressions.
 pub(crate) async fn download_query(
     state: &AppState,
-    namespace: &str,
-    name: &str,
+    catalog: &str,
+    (namespace, name): (&str, &str),
     request: &DownloadRequest,
 ) -> Result<DataFrame, ApiError> {
     let table = format!("{namespace}.{name}");
     let ctx = &state.0.ctx;
-    let reference = TableReference::partial(namespace, name);
+    let reference = TableReference::full(catalog, namespace, name);
     // One table's provider (information_schema would load every table of
     // every catalog); a missing table is a 404.
-    let default_catalog = ctx.state().config_options().catalog.default_catalog.clone();
-    let exists = match ctx
-        .catalog(&default_catalog)
-        .and_then(|c| c.schema(namespace))
-    {
+    let exists = match ctx.catalog(catalog).and_then(|c| c.schema(namespace)) {
         Some(schema) => schema
             .table(name)
             .await

@@ -87,20 +87,46 @@ fn answer<T: ResultRow>(status: StatusCode, outcome: T) -> ApiResult {
 }
 
 /// The session `owner` belongs to `caller`, or a 403.
+/// Whether `caller` may see session `id` of `kind`, in `catalog`, created
+/// by `owner`: only its own sessions, in catalogs it reaches; anything
+/// else answers as if the session did not exist (404), so a token learns
+/// nothing of another's sessions or another tenant's.
 fn check_owner(
+    state: &AppState,
     caller: &Caller,
     kind: &str,
     id: &str,
-    owner: Option<&str>,
+    (catalog, owner): (&str, Option<&str>),
 ) -> std::result::Result<(), ApiError> {
-    if owner != Some(caller.0.name.as_str()) {
+    let reached = state.token_catalog(&caller.0, Some(catalog)).is_some();
+    if !reached || owner != Some(caller.0.name.as_str()) {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!("{kind} '{id}' was not created with this token"),
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{kind} '{id}' does not exist or was not created with this token"),
         ));
     }
     Ok(())
+}
+
+/// The catalog a request of `caller` goes to (its `catalog`, or the
+/// token's first); 404 when the token does not reach it.
+fn caller_catalog(
+    state: &AppState,
+    caller: &Caller,
+    asked: Option<&str>,
+) -> std::result::Result<std::sync::Arc<crate::catalog::IcebergCatalog>, ApiError> {
+    state.token_catalog(&caller.0, asked).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!(
+                "catalog '{}' does not exist or token '{}' does not reach it",
+                asked.unwrap_or_default(),
+                caller.0.name
+            ),
+        )
+    })
 }
 
 /// The status of an upload the caller owns.
@@ -111,7 +137,13 @@ async fn owned_upload(
 ) -> std::result::Result<crate::upload::status::UploadStatus, ApiError> {
     let id = upload_id(id)?;
     let status = state.ops().upload_status(&id).await?;
-    check_owner(caller, "upload", id.as_str(), status.owner.as_deref())?;
+    check_owner(
+        state,
+        caller,
+        "upload",
+        id.as_str(),
+        (&status.catalog, status.owner.as_deref()),
+    )?;
     Ok(status)
 }
 
@@ -123,7 +155,13 @@ async fn owned_download(
 ) -> std::result::Result<crate::download::status::DownloadStatus, ApiError> {
     let id = download_id(id)?;
     let status = state.ops().download_status(&id).await?;
-    check_owner(caller, "download", id.as_str(), status.owner.as_deref())?;
+    check_owner(
+        state,
+        caller,
+        "download",
+        id.as_str(),
+        (&status.catalog, status.owner.as_deref()),
+    )?;
     Ok(status)
 }
 
@@ -137,6 +175,9 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> ApiResult {
 #[serde(deny_unknown_fields)]
 pub(crate) struct CreateUpload {
     table: String,
+    /// The catalog of `table`: one the token reaches (default: its first).
+    #[serde(default)]
+    catalog: Option<String>,
     #[serde(default)]
     ttl: Option<String>,
     #[serde(default)]
@@ -164,7 +205,8 @@ pub(crate) async fn create_upload(
         }
         options.upload_id = Some(upload_id(&state.derived_id(&caller.0.name, key))?);
     }
-    let table = datafusion::common::TableReference::partial(namespace, name);
+    let catalog = caller_catalog(&state, &caller, request.catalog.as_deref())?;
+    let table = datafusion::common::TableReference::full(catalog.name(), namespace, name);
     let opened = state.ops().create_upload(table, options).await?;
     crate::metrics::transition(
         crate::metrics::Session::Upload,
@@ -319,10 +361,12 @@ pub(crate) async fn create_download(
     let request = body(payload)?;
     let (namespace, name) = table_name(&request.table)?;
     caller.allow("download", &request.table)?;
-    let query = download_query(&state, &namespace, &name, &request).await?;
+    let catalog = caller_catalog(&state, &caller, request.catalog.as_deref())?;
+    let query = download_query(&state, catalog.name(), (&namespace, &name), &request).await?;
     let options = DownloadOptions {
         ttl: ttl(request.ttl.as_deref())?,
         owner: Some(caller.0.name.clone()),
+        catalog: Some(catalog.name().to_string()),
         ..DownloadOptions::default()
     };
     let created = state.ops().create_download(query, options).await?;

@@ -104,6 +104,23 @@ impl AppState {
             Some(secret) => secret.expose().as_bytes().to_vec(),
             None => rand::random::<[u8; 32]>().to_vec(),
         };
+        for token in &config.service.tokens {
+            for name in &token.catalogs {
+                icestage.catalog(name).map_err(|_| {
+                    Error::Config(format!(
+                        "token '{}' names catalog '{name}', which is not configured: its \
+                         catalogs must be among the [[catalogs]] names ({})",
+                        token.name,
+                        icestage
+                            .catalogs()
+                            .iter()
+                            .map(|c| c.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+            }
+        }
         let limiter = limit::Limiter::new(config.service.requests_per_minute);
         Ok(Self(Arc::new(Inner {
             limiter,
@@ -166,6 +183,22 @@ impl AppState {
             }
         }
         found.cloned()
+    }
+
+    /// The catalog a request of `token` goes to: `asked` (a request's
+    /// `catalog`, a REST prefix) or the token's first; `None` when that
+    /// catalog does not exist or the token does not reach it.
+    pub(crate) fn token_catalog(
+        &self,
+        token: &TokenSettings,
+        asked: Option<&str>,
+    ) -> Option<Arc<crate::catalog::IcebergCatalog>> {
+        let default = self.0.icestage.default_catalog().name();
+        let name = asked.unwrap_or_else(|| token.home(default));
+        if !token.reaches_catalog(name, default) {
+            return None;
+        }
+        self.0.icestage.catalog(name).ok().map(Arc::clone)
     }
 
     /// The hash of the secret of the API token `name` (zeros for none).
@@ -355,6 +388,14 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The bearer token of a request's `Authorization` header, if it has one.
+pub(crate) fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
 /// The authenticated caller of a request.
 #[derive(Debug, Clone)]
 pub(crate) struct Caller(pub(crate) TokenSettings);
@@ -392,11 +433,7 @@ impl FromRequestParts<AppState> for Caller {
         state: &AppState,
     ) -> std::result::Result<Self, ApiError> {
         let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m);
-        let presented = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+        let presented = bearer_token(&parts.headers);
         // A token is a hash comparison away: a valid one is charged to
         // itself alone; a failure to the client's address.
         let Some(token) = presented.and_then(|p| state.api_token(p)) else {
@@ -507,15 +544,8 @@ async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) 
         )
         .into_response();
     };
-    let presented: [u8; 32] = Sha256::digest(
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or_default()
-            .as_bytes(),
-    )
-    .into();
+    let presented: [u8; 32] =
+        Sha256::digest(bearer_token(&headers).unwrap_or_default().as_bytes()).into();
     if !crate::secret::equal_time(&expected, &presented) {
         state.limiter().refused();
         return ApiError::new(
@@ -596,11 +626,7 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
 /// Who a request says it is, for the log: its API token's name, its
 /// session's id, or `anonymous`; never the token itself.
 fn caller_name(state: &AppState, headers: &axum::http::HeaderMap) -> String {
-    let Some(presented) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
+    let Some(presented) = bearer_token(headers) else {
         return "anonymous".to_string();
     };
     if let Some((kind, id, _)) = crate::session::token::parse(presented) {

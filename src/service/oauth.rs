@@ -222,6 +222,7 @@ mod tests {
             token: crate::secret::Secret::new("s".to_string()),
             tables: vec![],
             operations: vec![],
+            catalogs: vec![],
         }
     }
 

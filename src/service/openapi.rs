@@ -26,6 +26,35 @@ fn errors(mut responses: Value) -> Value {
 
 /// The OpenAPI 3 document.
 pub(crate) fn spec() -> Value {
+    let mut spec = api();
+    spec["paths"]["/metrics"] = json!({"get": {
+        "summary": "Prometheus' text format, with [service] metrics_token as the bearer token",
+        "security": [{"metrics": []}],
+        "responses": {"200": {"description": "text/plain; version=0.0.4"}, "401": error(), "404": error()}}});
+    spec["paths"]["/iceberg/v1/oauth/tokens"] = json!({"post": {
+        "summary": "OAuth2 client credentials: an API token's name and secret give a short-lived bearer token",
+        "security": [],
+        "requestBody": {"required": true, "content": {"application/x-www-form-urlencoded": {
+            "schema": {"$ref": "#/components/schemas/TokenRequest"}}}},
+        "responses": {"200": ok("a bearer token", "TokenResponse"), "400": ok("OAuth error", "OAuthError"),
+            "401": ok("OAuth error", "OAuthError"), "429": ok("OAuth error", "OAuthError")}}});
+    let string = json!({"type": "string"});
+    let schemas = &mut spec["components"]["schemas"];
+    schemas["TokenRequest"] = json!({"type": "object", "required": ["grant_type"], "properties": {
+        "grant_type": {"type": "string", "enum": ["client_credentials"]},
+        "client_id": {"type": "string", "description": "the API token's name"},
+        "client_secret": {"type": "string", "description": "the API token's secret"},
+        "scope": string}});
+    schemas["TokenResponse"] = json!({"type": "object", "required": ["access_token", "token_type", "expires_in"],
+        "properties": {"access_token": string, "token_type": string, "expires_in": {"type": "integer"},
+            "issued_token_type": string, "scope": string}});
+    schemas["OAuthError"] = json!({"type": "object", "required": ["error"],
+        "properties": {"error": string, "error_description": string}});
+    spec
+}
+
+/// The upload and download endpoints.
+fn api() -> Value {
     let string = json!({"type": "string"});
     let status = json!({"type": "object", "additionalProperties": true});
     json!({
@@ -69,12 +98,14 @@ pub(crate) fn spec() -> Value {
             "/openapi.json": {"get": {"summary": "this document", "security": [], "responses": {"200": {"description": "OpenAPI 3"}}}},
         },
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
+                "metrics": {"type": "http", "scheme": "bearer", "description": "[service] metrics_token"}},
             "schemas": {
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object",
                     "required": ["code", "message"], "properties": {"code": string, "message": string}}}},
                 "CreateUpload": {"type": "object", "required": ["table"], "additionalProperties": false, "properties": {
                     "table": {"type": "string", "example": "payments.transactions"},
+                    "catalog": {"type": "string", "description": "a catalog the token reaches (default: its first)"},
                     "ttl": {"type": "string", "example": "24h"},
                     "idempotency_key": {"type": "string", "description": "a retried create with the same key returns the same upload"}}},
                 "Upload": {"type": "object", "properties": {"upload_id": string, "staging_table": string,
@@ -89,6 +120,7 @@ pub(crate) fn spec() -> Value {
                     "page_size": {"type": "integer"}, "total": {"type": "integer"}, "items": {"type": "array", "items": {"type": "object"}}}},
                 "CreateDownload": {"type": "object", "required": ["table"], "additionalProperties": false, "properties": {
                     "table": string, "ttl": string,
+                    "catalog": {"type": "string", "description": "a catalog the token reaches (default: its first); the download table goes there too"},
                     "columns": {"type": "array", "items": {"type": "string"}},
                     "filter": {"type": "array", "items": {"type": "object", "required": ["column", "op"],
                         "additionalProperties": false, "properties": {"column": string,

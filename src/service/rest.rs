@@ -23,9 +23,9 @@ use axum::Json;
 use axum::Router;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use chrono::Utc;
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
@@ -59,8 +59,73 @@ const ENDPOINTS: &[&str] = &[
     "POST /v1/{prefix}/transactions/commit",
 ];
 
-/// The REST catalog's routes.
+/// The catalog a request's path names (`/iceberg/v1/{prefix}/...`), put
+/// on the request by [`prefixed`].
+#[derive(Debug, Clone)]
+struct Warehouse(String);
+
+/// What a REST request presents: its headers (the bearer token) and the
+/// catalog its path's prefix names, if any.
+struct Presented {
+    headers: HeaderMap,
+    warehouse: Option<String>,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Presented {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> std::result::Result<Self, Self::Rejection> {
+        Ok(Self {
+            headers: parts.headers.clone(),
+            warehouse: parts.extensions.get::<Warehouse>().map(|w| w.0.clone()),
+        })
+    }
+}
+
+/// The REST catalog's routes: each at `/iceberg/v1/...` (the token's own
+/// catalog) and at `/iceberg/v1/{prefix}/...`, the prefix naming one of
+/// the service's catalogs (`GET /v1/config?warehouse=<name>` answers it).
 pub(crate) fn routes() -> Router<AppState> {
+    unprefixed().route("/iceberg/v1/{prefix}/{*rest}", any(prefixed))
+}
+
+/// A prefixed request, answered by the unprefixed routes knowing its
+/// catalog.
+async fn prefixed(
+    State(state): State<AppState>,
+    Path((prefix, rest)): Path<(String, String)>,
+    mut request: axum::extract::Request,
+) -> Response {
+    static ROUTES: std::sync::OnceLock<Router<AppState>> = std::sync::OnceLock::new();
+    let query = request
+        .uri()
+        .query()
+        .map_or_else(String::new, |q| format!("?{q}"));
+    let Ok(uri) = format!("/iceberg/v1/{rest}{query}").parse() else {
+        return RestError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            "the path is not a valid URI",
+        )
+        .into_response();
+    };
+    *request.uri_mut() = uri;
+    // Fresh extensions: the outer route's path parameters must not reach
+    // the inner routes' extractors (the peer address lives in the task).
+    let mut extensions = axum::http::Extensions::new();
+    extensions.insert(Warehouse(prefix));
+    *request.extensions_mut() = extensions;
+    let routes = ROUTES.get_or_init(unprefixed).clone().with_state(state);
+    match tower::ServiceExt::oneshot(routes, request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
+fn unprefixed() -> Router<AppState> {
     Router::new()
         .route("/iceberg/v1/config", get(config))
         .route(
@@ -162,7 +227,7 @@ fn slow_down(state: &AppState, who: &str) -> std::result::Result<(), RestError> 
 ///
 /// A failed authentication is charged to the client's address, never to
 /// the session or token it named (see `limit`).
-async fn bearer(state: &AppState, headers: &HeaderMap) -> std::result::Result<Bearer, RestError> {
+async fn bearer(state: &AppState, asked: &Presented) -> std::result::Result<Bearer, RestError> {
     let stranger = || match state.limiter().stranger_wait() {
         Some(wait) => Err(RestError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -180,24 +245,25 @@ async fn bearer(state: &AppState, headers: &HeaderMap) -> std::result::Result<Be
         }
         error
     };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| {
-            stranger().err().unwrap_or_else(|| {
-                refused(unauthorized(
-                    "send the session's token as Authorization: Bearer <token>",
-                ))
-            })
-        })?;
+    let presented = super::bearer_token(&asked.headers).ok_or_else(|| {
+        stranger().err().unwrap_or_else(|| {
+            refused(unauthorized(
+                "send the session's token as Authorization: Bearer <token>",
+            ))
+        })
+    })?;
     if token::parse(presented).is_some() {
         // Checking a session token reads the catalog: an address that keeps
         // failing is stopped before that work.
         stranger()?;
-        return Ok(Bearer::Session(Box::new(
-            session_access(state, presented).await.map_err(refused)?,
-        )));
+        let access = session_access(state, presented).await.map_err(refused)?;
+        // A session is in one catalog; under another's prefix it is not.
+        if let Some(warehouse) = &asked.warehouse
+            && access.grant.catalog.name() != warehouse
+        {
+            return Err(no_warehouse(warehouse));
+        }
+        return Ok(Bearer::Session(Box::new(access)));
     }
     let Some(token) = state.api_token(presented) else {
         stranger()?;
@@ -222,13 +288,25 @@ async fn bearer(state: &AppState, headers: &HeaderMap) -> std::result::Result<Be
             ),
         ));
     }
-    let catalog = std::sync::Arc::clone(state.0.icestage.default_catalog());
+    let catalog = state
+        .token_catalog(&token, asked.warehouse.as_deref())
+        .ok_or_else(|| no_warehouse(asked.warehouse.as_deref().unwrap_or_default()))?;
     Ok(Bearer::Catalog(CatalogView::new(token, catalog)))
 }
 
+/// 404 for a catalog that does not exist or that the token does not reach
+/// (the same answer: a token learns nothing of other tenants).
+fn no_warehouse(name: &str) -> RestError {
+    RestError::new(
+        StatusCode::NOT_FOUND,
+        "NoSuchWarehouseException",
+        format!("warehouse '{name}' does not exist or this token does not reach it"),
+    )
+}
+
 /// A session's bearer only: what the session endpoints need.
-async fn access(state: &AppState, headers: &HeaderMap) -> std::result::Result<Access, RestError> {
-    match bearer(state, headers).await? {
+async fn access(state: &AppState, asked: &Presented) -> std::result::Result<Access, RestError> {
+    match bearer(state, asked).await? {
         Bearer::Session(access) => Ok(*access),
         Bearer::Catalog(_) => Err(RestError::new(
             StatusCode::BAD_REQUEST,
@@ -317,8 +395,25 @@ fn holds(table: &Table, secret: &str) -> bool {
     token::matches(secret, table.metadata().properties().get(PROP_ACCESS_TOKEN))
 }
 
-async fn config(State(state): State<AppState>, headers: HeaderMap) -> RestResult {
-    let endpoints = match bearer(&state, &headers).await {
+/// `GET /v1/config?warehouse=`.
+#[derive(Debug, serde::Deserialize)]
+struct ConfigQuery {
+    warehouse: Option<String>,
+}
+
+async fn config(
+    State(state): State<AppState>,
+    mut asked: Presented,
+    Query(query): Query<ConfigQuery>,
+) -> RestResult {
+    // A session's token reaches its one table wherever it is asked from:
+    // the warehouse a client names (DuckDB always names one) chooses
+    // nothing for it. An API token's chooses its catalog.
+    let session = super::bearer_token(&asked.headers).is_some_and(|t| token::parse(t).is_some());
+    if query.warehouse.is_some() && !session {
+        asked.warehouse = query.warehouse;
+    }
+    let endpoints = match bearer(&state, &asked).await {
         Ok(Bearer::Session(_)) => ENDPOINTS,
         Ok(Bearer::Catalog(_)) => catalog_view::ENDPOINTS,
         // A client configures its catalog as soon as it has the download's
@@ -326,9 +421,15 @@ async fn config(State(state): State<AppState>, headers: HeaderMap) -> RestResult
         Err(e) if e.is_not_ready() => ENDPOINTS,
         Err(e) => return Err(e),
     };
+    // The client sends the rest of its requests under the catalog it asked
+    // for.
+    let overrides = match &asked.warehouse {
+        Some(warehouse) => json!({"prefix": warehouse}),
+        None => json!({}),
+    };
     Ok(Json(json!({
         "defaults": {},
-        "overrides": {},
+        "overrides": overrides,
         "endpoints": endpoints,
     }))
     .into_response())
@@ -367,10 +468,10 @@ struct Parent {
 
 async fn list_namespaces(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     Query(query): Query<Parent>,
 ) -> RestResult {
-    match bearer(&state, &headers).await? {
+    match bearer(&state, &asked).await? {
         Bearer::Session(access) => Ok(Json(ListNamespaceResponse {
             namespaces: match query.parent {
                 None => vec![access.ident().namespace().clone()],
@@ -388,10 +489,10 @@ async fn list_namespaces(
 
 async fn create_namespace(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     body: std::result::Result<Json<CreateNamespaceRequest>, JsonRejection>,
 ) -> RestResult {
-    match bearer(&state, &headers).await? {
+    match bearer(&state, &asked).await? {
         Bearer::Session(_) => Err(session_may_not("create a namespace")),
         Bearer::Catalog(view) => {
             Ok(Json(view.create_namespace(request(body)?).await?).into_response())
@@ -401,10 +502,10 @@ async fn create_namespace(
 
 async fn load_namespace(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     Path(namespace): Path<String>,
 ) -> RestResult {
-    match bearer(&state, &headers).await? {
+    match bearer(&state, &asked).await? {
         Bearer::Session(access) => {
             access.check(&namespace, None)?;
             Ok(Json(NamespaceResponse {
@@ -421,10 +522,10 @@ async fn load_namespace(
 
 async fn namespace_exists(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     Path(namespace): Path<String>,
 ) -> RestResult {
-    match bearer(&state, &headers).await? {
+    match bearer(&state, &asked).await? {
         Bearer::Session(access) => access.check(&namespace, None)?,
         Bearer::Catalog(view) => {
             view.load_namespace(&namespace_of(&namespace)?).await?;
@@ -435,10 +536,10 @@ async fn namespace_exists(
 
 async fn list_tables(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     Path(namespace): Path<String>,
 ) -> RestResult {
-    match bearer(&state, &headers).await? {
+    match bearer(&state, &asked).await? {
         Bearer::Session(access) => {
             access.check(&namespace, None)?;
             Ok(Json(ListTablesResponse {
@@ -455,11 +556,11 @@ async fn list_tables(
 
 async fn create_table(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     Path(namespace): Path<String>,
     body: std::result::Result<Json<CreateTableRequest>, JsonRejection>,
 ) -> RestResult {
-    match bearer(&state, &headers).await? {
+    match bearer(&state, &asked).await? {
         Bearer::Session(_) => Err(session_may_not("create a table")),
         Bearer::Catalog(view) => Ok(Json(
             view.create_table(&namespace_of(&namespace)?, request(body)?)
@@ -494,11 +595,11 @@ fn boolean_as_sent<'de, D: serde::Deserializer<'de>>(
 
 async fn drop_table(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     Path((namespace, table)): Path<(String, String)>,
     Query(query): Query<Purge>,
 ) -> RestResult {
-    match bearer(&state, &headers).await? {
+    match bearer(&state, &asked).await? {
         Bearer::Session(_) => Err(session_may_not("drop a table")),
         Bearer::Catalog(view) => {
             view.drop_table(&table_of(&namespace, &table)?, query.purge_requested)
@@ -550,10 +651,10 @@ async fn storage(access: &Access) -> std::result::Result<HashMap<String, String>
 
 async fn load_table(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     Path((namespace, table)): Path<(String, String)>,
 ) -> RestResult {
-    let access = match bearer(&state, &headers).await? {
+    let access = match bearer(&state, &asked).await? {
         Bearer::Session(access) => access,
         Bearer::Catalog(view) => {
             let ident = table_of(&namespace, &table)?;
@@ -573,10 +674,10 @@ async fn load_table(
 
 async fn table_exists(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     Path((namespace, table)): Path<(String, String)>,
 ) -> RestResult {
-    match bearer(&state, &headers).await? {
+    match bearer(&state, &asked).await? {
         Bearer::Session(access) => access.check(&namespace, Some(&table))?,
         Bearer::Catalog(view) => view.table_exists(&table_of(&namespace, &table)?).await?,
     }
@@ -585,10 +686,10 @@ async fn table_exists(
 
 async fn credentials(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     Path((namespace, table)): Path<(String, String)>,
 ) -> RestResult {
-    let access = match bearer(&state, &headers).await? {
+    let access = match bearer(&state, &asked).await? {
         Bearer::Session(access) => access,
         Bearer::Catalog(view) => {
             let ident = table_of(&namespace, &table)?;
@@ -602,11 +703,11 @@ async fn credentials(
 
 async fn commit_table(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     Path((namespace, table)): Path<(String, String)>,
     body: std::result::Result<Json<CommitTableRequest>, JsonRejection>,
 ) -> RestResult {
-    let access = match bearer(&state, &headers).await? {
+    let access = match bearer(&state, &asked).await? {
         Bearer::Session(access) => access,
         Bearer::Catalog(view) => {
             let ident = table_of(&namespace, &table)?;
@@ -633,10 +734,10 @@ pub(crate) struct CommitTransactionRequest {
 /// reaches one table, so the transaction holds one change, to that table.
 async fn commit_transaction(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    asked: Presented,
     body: std::result::Result<Json<CommitTransactionRequest>, JsonRejection>,
 ) -> RestResult {
-    let access = access(&state, &headers).await?;
+    let access = access(&state, &asked).await?;
     let mut changes = request(body)?.table_changes;
     let (Some(change), true) = (changes.pop(), changes.is_empty()) else {
         return Err(RestError::new(

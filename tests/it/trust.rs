@@ -443,3 +443,38 @@ async fn metadata_rewritten_in_place_is_found_out() {
     assert!(outside.exists(), "a file outside the table was deleted");
     target_untouched(&replica).await;
 }
+
+/// The current metadata file of the staging table grown in place past
+/// `limits.metadata_bytes` (a client that can write the local warehouse):
+/// a replica refuses to parse it, says which bound, and the target is
+/// untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_grown_in_place_is_not_parsed() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let upload = target(&ctx).await;
+    let mut metadata: Vec<_> = crate::common::files_under(warehouse.path())
+        .into_iter()
+        .filter(|p| {
+            let path = p.display().to_string();
+            path.contains(&upload.id) && path.ends_with(".metadata.json")
+        })
+        .collect();
+    metadata.sort();
+    let current = metadata.last().expect("the staging table's metadata");
+    // Sparse: 65 MiB that take no disk.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(current)
+        .unwrap()
+        .set_len(65 << 20)
+        .unwrap();
+    let replica = warehouse.session().await;
+    let error = promote_error(&replica, &upload).await;
+    assert!(
+        error.contains("holds 68157440 bytes, more than the 64 MiB")
+            && error.contains("limits.metadata_bytes"),
+        "{error}"
+    );
+    target_untouched(&replica).await;
+}

@@ -12,6 +12,7 @@ mod red_team;
 mod rest_backend;
 mod router;
 mod soak;
+mod tenants;
 mod webhooks;
 
 use std::collections::BTreeMap;
