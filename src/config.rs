@@ -136,6 +136,13 @@ pub const CATALOG_TYPE_S3TABLES: &str = "s3tables";
 pub const CATALOG_TYPE_REST: &str = "rest";
 /// Property key (REST): the bearer token sent with every request.
 pub const PROP_TOKEN: &str = "token";
+/// Property key (REST): OAuth2 client credentials, `<client id>:<secret>`.
+pub const PROP_CREDENTIAL: &str = "credential";
+/// Property key (REST): the OAuth2 token endpoint, when it is not the
+/// catalog's own `<uri>/v1/oauth/tokens`.
+pub const PROP_OAUTH_SERVER: &str = "oauth2-server-uri";
+/// Property key (REST): the OAuth2 scope asked for (default `catalog`).
+pub const PROP_SCOPE: &str = "scope";
 /// Property key (S3 Tables): the table bucket's ARN.
 pub const PROP_TABLE_BUCKET_ARN: &str = "table_bucket_arn";
 /// Property key (S3 Tables): the S3 Tables API endpoint, for an emulator.

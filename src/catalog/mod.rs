@@ -16,6 +16,7 @@ pub(crate) mod group;
 pub(crate) mod insert;
 pub(crate) mod lookup;
 pub(crate) mod manifest;
+pub(crate) mod oauth;
 pub(crate) mod pointer;
 pub(crate) mod provider;
 pub(crate) mod registry;
@@ -53,8 +54,9 @@ use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
 use crate::aws::AwsSettings;
 use crate::config::{
-    CATALOG_TYPE_REST, CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, CatalogConfig, PROP_ENDPOINT_URL,
-    PROP_TABLE_BUCKET_ARN, PROP_TOKEN, PROP_URI, PROP_WAREHOUSE, sqlite_path,
+    CATALOG_TYPE_REST, CATALOG_TYPE_S3TABLES, CATALOG_TYPE_SQL, CatalogConfig, PROP_CREDENTIAL,
+    PROP_ENDPOINT_URL, PROP_OAUTH_SERVER, PROP_SCOPE, PROP_TABLE_BUCKET_ARN, PROP_TOKEN, PROP_URI,
+    PROP_WAREHOUSE, sqlite_path,
 };
 use crate::error::{Error, Result};
 use crate::secret::redacted;
@@ -280,22 +282,33 @@ impl IcebergCatalog {
         })
     }
 
-    /// An Iceberg REST catalog: `uri`, optional `warehouse`, `token` and
+    /// An Iceberg REST catalog: `uri`, optional `warehouse`, `token` or
+    /// `credential` (with `oauth2-server-uri` and `scope`) and
     /// `header.<name>` settings (and `s3.*` storage settings, used where
     /// the catalog vends nothing).
     async fn open_rest(config: &CatalogConfig) -> Result<Self> {
-        if config.config.contains_key("credential") {
-            return Err(Error::Config(format!(
-                "catalog '{}' (type rest) has 'credential': icestage sends a bearer token; \
-                 get one from the catalog's OAuth endpoint and set token = \"...\" instead",
-                config.name
-            )));
-        }
         let uri = Self::setting(config, PROP_URI)?
             .trim_end_matches('/')
             .to_string();
         let warehouse = config.config.get(PROP_WAREHOUSE).cloned();
         let token = config.config.get(PROP_TOKEN).cloned();
+        // OAuth2 client credentials: tokens fetched from the catalog's
+        // endpoint and fetched again at half their lifetime (a `token`
+        // set too is used first, as iceberg's REST catalog does).
+        let credentials = match config.config.get(PROP_CREDENTIAL) {
+            Some(credential) => Some(Arc::new(oauth::ClientCredentials::new(
+                &config.name,
+                &uri,
+                credential,
+                config.config.get(PROP_OAUTH_SERVER).map(String::as_str),
+                config.config.get(PROP_SCOPE).map(String::as_str),
+            )?)),
+            None => None,
+        };
+        let refresh = match &credentials {
+            Some(credentials) if token.is_none() => Some(credentials.refresh_period().await?),
+            _ => None,
+        };
         let headers: HashMap<String, String> = config
             .config
             .iter()
@@ -305,7 +318,11 @@ impl IcebergCatalog {
             &config.name,
             &uri,
             warehouse.as_deref(),
-            token.as_deref(),
+            match (&token, &credentials) {
+                (Some(token), _) => rest::Bearer::Token(token.clone()),
+                (None, Some(credentials)) => rest::Bearer::Credentials(Arc::clone(credentials)),
+                (None, None) => rest::Bearer::None,
+            },
             &headers,
         )
         .await?;
@@ -317,6 +334,9 @@ impl IcebergCatalog {
                 *k == PROP_URI
                     || *k == PROP_WAREHOUSE
                     || *k == PROP_TOKEN
+                    || *k == PROP_CREDENTIAL
+                    || *k == PROP_OAUTH_SERVER
+                    || *k == PROP_SCOPE
                     || k.starts_with("header.")
             })
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -342,7 +362,11 @@ impl IcebergCatalog {
         if let Some(warehouse) = &warehouse {
             client_properties.insert("warehouse".to_string(), warehouse.clone());
         }
-        let scoped = scoped::ScopedCatalog::new(Arc::new(catalog));
+        let catalog = Arc::new(catalog);
+        if let Some(period) = refresh {
+            oauth::keep_fresh(&catalog, period);
+        }
+        let scoped = scoped::ScopedCatalog::new(catalog);
         Ok(Self {
             name: config.name.clone(),
             catalog: Arc::new(scoped.clone()),

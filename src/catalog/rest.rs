@@ -22,6 +22,7 @@
 //! requirements enforces it: Polaris, Lakekeeper or icestage's own.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use iceberg::spec::{
     FormatVersion, MAIN_BRANCH, ManifestListWriter, Operation, Snapshot, Summary, TableMetadata,
@@ -41,12 +42,26 @@ pub(crate) const VERSION_REF: &str = "icestage-version";
 /// The summary property that marks a [`VERSION_REF`] snapshot.
 pub(crate) const PROP_VERSION_MARK: &str = "icestage.version-mark";
 
+/// Who icestage is to a REST catalog.
+#[derive(Debug, Clone)]
+pub(crate) enum Bearer {
+    /// No token.
+    None,
+    /// A token that lasts.
+    Token(String),
+    /// OAuth2 client credentials: a token fetched again as it ages.
+    Credentials(Arc<super::oauth::ClientCredentials>),
+}
+
 /// How icestage reaches a REST catalog's commit endpoint itself.
 #[derive(Clone)]
 pub(crate) struct RestCommits {
     http: reqwest::Client,
     /// `<uri>/v1[/<prefix>]`.
     base: String,
+    /// Where the token of each request comes from, with client
+    /// credentials (a fixed token is in the client's default headers).
+    credentials: Option<Arc<super::oauth::ClientCredentials>>,
 }
 
 impl std::fmt::Debug for RestCommits {
@@ -74,7 +89,7 @@ impl RestCommits {
         name: &str,
         uri: &str,
         warehouse: Option<&str>,
-        token: Option<&str>,
+        bearer: Bearer,
         headers: &HashMap<String, String>,
     ) -> Result<Self> {
         let config_error =
@@ -87,7 +102,11 @@ impl RestCommits {
                 .map_err(|_| config_error(format!("the value of 'header.{key}' is not valid")))?;
             defaults.insert(header, value);
         }
-        if let Some(token) = token {
+        let credentials = match &bearer {
+            Bearer::Credentials(credentials) => Some(Arc::clone(credentials)),
+            _ => None,
+        };
+        if let Bearer::Token(token) = &bearer {
             let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
                 .map_err(|_| config_error("its token is not a valid header value".to_string()))?;
             value.set_sensitive(true);
@@ -102,6 +121,9 @@ impl RestCommits {
         let mut request = http.get(format!("{uri}/v1/config"));
         if let Some(warehouse) = warehouse {
             request = request.query(&[("warehouse", warehouse)]);
+        }
+        if let Some(credentials) = &credentials {
+            request = request.bearer_auth(credentials.token().await?);
         }
         let response = request.send().await.map_err(|e| {
             config_error(format!(
@@ -129,7 +151,11 @@ impl RestCommits {
             Some(prefix) => format!("{}/v1/{prefix}", uri.trim_end_matches('/')),
             None => format!("{}/v1", uri.trim_end_matches('/')),
         };
-        Ok(Self { http, base })
+        Ok(Self {
+            http,
+            base,
+            credentials,
+        })
     }
 
     /// `<base>/namespaces/<namespace>/tables/<table>`, each segment
@@ -203,10 +229,15 @@ impl RestCommits {
             requirements,
             updates,
         };
-        let response = self
-            .http
-            .post(self.table_url(&ident)?)
-            .json(&request)
+        let mut post = self.http.post(self.table_url(&ident)?).json(&request);
+        if let Some(credentials) = &self.credentials {
+            let token = credentials
+                .token()
+                .await
+                .map_err(|e| unexpected(e.to_string()))?;
+            post = post.bearer_auth(token);
+        }
+        let response = post
             .send()
             .await
             .map_err(|e| unexpected(format!("cannot commit to {ident}: {e}")))?;

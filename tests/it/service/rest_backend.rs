@@ -25,6 +25,16 @@ operations = ["catalog"]
 
 /// A session whose one catalog, `lake`, is `service`'s REST catalog.
 async fn lake_session(service: &Service, token: &str) -> icestage::Result<SessionContext> {
+    lake_session_with(service, "token", token).await
+}
+
+/// [`lake_session`] with `key = value` as its identity (`token` or
+/// `credential`).
+async fn lake_session_with(
+    service: &Service,
+    key: &str,
+    value: &str,
+) -> icestage::Result<SessionContext> {
     let ctx = SessionContext::new();
     icestage::register(
         &ctx,
@@ -35,7 +45,7 @@ async fn lake_session(service: &Service, token: &str) -> icestage::Result<Sessio
                 kind: "rest".to_string(),
                 config: BTreeMap::from([
                     ("uri".to_string(), format!("{}/iceberg", service.url)),
-                    ("token".to_string(), token.to_string()),
+                    (key.to_string(), value.to_string()),
                 ]),
             }],
             limits: Default::default(),
@@ -239,4 +249,41 @@ operations = ["upload", "download"]
     );
     // The session's token ended with it.
     assert!(insert_three(&ctx, &staging).await.is_err());
+}
+
+/// icestage on a REST catalog with OAuth2 client credentials instead of a
+/// token: it fetches its tokens from the catalog's endpoint and keeps
+/// working past the first one's expiry; a wrong secret stops the opening
+/// with what the endpoint said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn icestage_on_a_rest_catalog_with_client_credentials_outlives_its_tokens() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let config = format!("oauth_token_lifetime = \"2s\"\n{}", catalog_token());
+    let service = Service::start(&write_config(&warehouse, &config));
+    let refused = match lake_session_with(&service, "credential", "lake:wrong").await {
+        Ok(_) => panic!("a wrong secret opened the catalog"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        refused.contains("401") && refused.contains("check the credential"),
+        "{refused}"
+    );
+    let lake = lake_session_with(&service, "credential", &format!("lake:{LAKE_TOKEN}"))
+        .await
+        .unwrap();
+    for round in ["a", "b"] {
+        let upload = create_upload(&lake, "payments.transactions").await;
+        insert(&lake, &upload.staging_table, round).await;
+        let promoted = run(&lake, &format!("PROMOTE UPLOAD '{}'", upload.id))
+            .await
+            .unwrap();
+        assert_eq!(value(&promoted, "state"), "promoted", "round {round}");
+        // Past the first token's lifetime before the second round.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    assert_eq!(
+        scalar(&lake, "SELECT count(*) FROM lake.payments.transactions").await,
+        "6"
+    );
 }
