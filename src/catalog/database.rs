@@ -267,6 +267,35 @@ impl Database {
         })
     }
 
+    /// Removes the properties `keys` of `catalog`'s namespace `namespace`
+    /// (dotted), in one transaction: how many were there.
+    pub(crate) async fn remove_namespace_properties(
+        &self,
+        catalog: &str,
+        namespace: &str,
+        keys: &[String],
+    ) -> std::result::Result<u64, sqlx::Error> {
+        let (catalog, namespace) = (catalog.to_string(), namespace.to_string());
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let mut removed = 0;
+            for key in keys {
+                removed += sqlx::query(
+                    "DELETE FROM iceberg_namespace_properties \
+                     WHERE catalog_name = $1 AND namespace = $2 AND property_key = $3",
+                )
+                .bind(catalog.clone())
+                .bind(namespace.clone())
+                .bind(key.clone())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            }
+            tx.commit().await?;
+            Ok(removed)
+        })
+    }
+
     /// One `UPDATE ... WHERE metadata_location = $old`: whether it moved
     /// the pointer.
     async fn update(

@@ -82,6 +82,31 @@ async fn get_table(
 }
 
 impl PointerStore {
+    /// Removes the properties `keys` of `namespace`, where the catalog
+    /// keeps them in a database icestage reaches (a SQL catalog); iceberg's
+    /// catalogs only add and change namespace properties.
+    pub(crate) async fn remove_namespace_properties(
+        &self,
+        namespace: &iceberg::NamespaceIdent,
+        keys: &[String],
+    ) -> iceberg::Result<()> {
+        let Self::Sql {
+            database,
+            catalog_name,
+        } = self
+        else {
+            return Err(iceberg::Error::new(
+                ErrorKind::FeatureUnsupported,
+                "this catalog cannot remove namespace properties: set them to another value instead",
+            ));
+        };
+        database
+            .remove_namespace_properties(catalog_name, &namespace.join("."), keys)
+            .await
+            .map(|_| ())
+            .map_err(|e| unexpected(format!("cannot remove properties of {namespace:?}: {e}")))
+    }
+
     /// Where the SQL catalog's pointer of `table` points now (`None`: no
     /// such table, or a store that is not a SQL catalog).
     pub(crate) async fn location(&self, table: &TableIdent) -> iceberg::Result<Option<String>> {

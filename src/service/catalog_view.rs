@@ -1,9 +1,12 @@
 //! The REST catalog as an API token with the `catalog` operation sees it:
-//! the tables of the service's default catalog that the token's `tables`
-//! reach (`namespace.table`, `namespace.*`, `*`), with what an engine that
-//! manages tables needs: namespaces (list, load, create), tables (list,
-//! load, create, drop) and commits of any kind. Another icestage uses it as
-//! its `type = "rest"` catalog.
+//! the tables of one of the service's catalogs (the token's first, or the
+//! one its path's prefix names) that the token's `tables` reach
+//! (`namespace.table`, `namespace.*`, `*`), with what an engine that manages
+//! tables needs: namespaces (list, load, create, update and remove
+//! properties, drop when empty; the last two only for a token that owns
+//! every table of the namespace), tables (list, load, create, drop) and
+//! commits of any kind. Another icestage uses it as its `type = "rest"`
+//! catalog.
 //!
 //! Commits are checked against their requirements and applied by icestage
 //! on exactly the version checked (the same compare-and-swap as a session's
@@ -37,6 +40,8 @@ pub(crate) const ENDPOINTS: &[&str] = &[
     "POST /v1/{prefix}/namespaces",
     "GET /v1/{prefix}/namespaces/{namespace}",
     "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "POST /v1/{prefix}/namespaces/{namespace}/properties",
     "GET /v1/{prefix}/namespaces/{namespace}/tables",
     "POST /v1/{prefix}/namespaces/{namespace}/tables",
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
@@ -47,6 +52,23 @@ pub(crate) const ENDPOINTS: &[&str] = &[
 ];
 
 type ViewResult<T> = std::result::Result<T, RestError>;
+
+/// The most property changes one namespace update may carry.
+const MAX_NAMESPACE_CHANGES: usize = 1000;
+
+/// The property the JDBC layout keeps so that a namespace without
+/// properties of its own exists.
+const NAMESPACE_MARK: &str = "exists";
+
+/// `POST .../namespaces/{namespace}/properties`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UpdateNamespaceProperties {
+    #[serde(default)]
+    removals: Option<Vec<String>>,
+    #[serde(default)]
+    updates: Option<HashMap<String, String>>,
+}
 
 /// See the module documentation.
 pub(crate) struct CatalogView {
@@ -174,6 +196,110 @@ impl CatalogView {
             namespace: created.name().clone(),
             properties: created.properties().clone(),
         })
+    }
+
+    /// 403 for changing or dropping `namespace` without every table of it.
+    fn owned_namespace(&self, namespace: &NamespaceIdent, what: &str) -> ViewResult<()> {
+        if self.token.owns_namespace(&dotted(namespace)) {
+            return Ok(());
+        }
+        self.visible_namespace(namespace)?;
+        Err(RestError::new(
+            StatusCode::FORBIDDEN,
+            "ForbiddenException",
+            format!(
+                "token '{}' may not {what} namespace {}: that takes every table of it \
+                 ('{}.*' or '*' among its tables)",
+                self.token.name,
+                dotted(namespace),
+                dotted(namespace)
+            ),
+        ))
+    }
+
+    /// Sets `updates` and removes `removals` among `namespace`'s
+    /// properties: which were updated, removed, and asked to be removed but
+    /// missing.
+    pub(crate) async fn update_namespace_properties(
+        &self,
+        namespace: &NamespaceIdent,
+        request: UpdateNamespaceProperties,
+    ) -> ViewResult<serde_json::Value> {
+        self.owned_namespace(namespace, "change")?;
+        let unprocessable = |message: String| {
+            RestError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "UnprocessableEntityException",
+                message,
+            )
+        };
+        let (removals, updates) = (
+            request.removals.unwrap_or_default(),
+            request.updates.unwrap_or_default(),
+        );
+        if removals.len() + updates.len() > MAX_NAMESPACE_CHANGES {
+            return Err(unprocessable(format!(
+                "{} property changes in one request, more than {MAX_NAMESPACE_CHANGES}: send \
+                 them in several",
+                removals.len() + updates.len()
+            )));
+        }
+        if let Some(both) = removals.iter().find(|k| updates.contains_key(*k)) {
+            return Err(unprocessable(format!(
+                "property '{both}' is both removed and updated: name it once"
+            )));
+        }
+        if removals.iter().any(|k| k == NAMESPACE_MARK) {
+            return Err(unprocessable(format!(
+                "property '{NAMESPACE_MARK}' marks the namespace in the catalog database: it \
+                 cannot be removed"
+            )));
+        }
+        let current = self.load_namespace(namespace).await?.properties;
+        let (removed, missing): (Vec<String>, Vec<String>) =
+            removals.into_iter().partition(|k| current.contains_key(k));
+        let catalog = self.catalog.catalog();
+        if !updates.is_empty() {
+            catalog.update_namespace(namespace, updates.clone()).await?;
+        }
+        if !removed.is_empty() {
+            self.catalog
+                .pointers()
+                .remove_namespace_properties(namespace, &removed)
+                .await
+                .map_err(|e| match e.kind() {
+                    iceberg::ErrorKind::FeatureUnsupported => {
+                        unprocessable(e.message().to_string())
+                    }
+                    _ => e.into(),
+                })?;
+        }
+        let mut updated: Vec<String> = updates.into_keys().collect();
+        updated.sort();
+        Ok(serde_json::json!({"updated": updated, "removed": removed, "missing": missing}))
+    }
+
+    /// Drops `namespace` when it holds no table and no namespace: 409
+    /// otherwise (a table the token does not reach counts too, unnamed).
+    pub(crate) async fn drop_namespace(&self, namespace: &NamespaceIdent) -> ViewResult<()> {
+        self.owned_namespace(namespace, "drop")?;
+        self.load_namespace(namespace).await?;
+        let catalog = self.catalog.catalog();
+        let tables = catalog.list_tables(namespace).await?.len();
+        let children = catalog.list_namespaces(Some(namespace)).await?.len();
+        if tables + children > 0 {
+            return Err(RestError::new(
+                StatusCode::CONFLICT,
+                "NamespaceNotEmptyException",
+                format!(
+                    "namespace {} is not empty ({tables} table(s), {children} namespace(s)): \
+                     drop what it holds first",
+                    dotted(namespace)
+                ),
+            ));
+        }
+        catalog.drop_namespace(namespace).await?;
+        Ok(())
     }
 
     pub(crate) async fn list_tables(
@@ -537,6 +663,112 @@ operations = ["catalog"]
         let hidden = iceberg::TableIdent::from_strs(["icestage", "upload_log"]).unwrap();
         let error = lake.catalog().load_table(&hidden).await.unwrap_err();
         assert_eq!(error.kind(), iceberg::ErrorKind::TableNotFound, "{error}");
+    }
+
+    /// Namespaces as the protocol has them: properties updated and removed
+    /// (and the missing named), a drop refused while the namespace holds a
+    /// table, then done; a token that does not own every table of a
+    /// namespace may do neither; views and unknown paths answer in the
+    /// protocol's error shape.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn namespaces_are_updated_and_dropped_as_the_protocol_says() {
+        use reqwest::Method;
+        use serde_json::{Value, json};
+        let dir = tempfile::tempdir().unwrap();
+        let uri = serve(dir.path(), r#"["ops.*", "shared.one"]"#).await;
+        let send = |method, path: &'static str, body| send(&uri, method, path, body);
+        let json_of = |text: &str| serde_json::from_str::<Value>(text).unwrap();
+        for namespace in ["ops", "shared"] {
+            let (status, body) = send(
+                Method::POST,
+                "namespaces",
+                Some(json!({"namespace": [namespace], "properties": {"owner": "a", "tier": "1"}})),
+            )
+            .await;
+            assert_eq!(status, 200, "{body}");
+        }
+        let (status, body) = send(
+            Method::POST,
+            "namespaces/ops/properties",
+            Some(json!({"updates": {"tier": "2", "team": "x"}, "removals": ["owner", "nope"]})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            json_of(&body),
+            json!({"updated": ["team", "tier"], "removed": ["owner"], "missing": ["nope"]})
+        );
+        let (_, body) = send(Method::GET, "namespaces/ops", None).await;
+        let properties = &json_of(&body)["properties"];
+        assert_eq!(
+            (
+                &properties["tier"],
+                &properties["team"],
+                &properties["owner"]
+            ),
+            (&json!("2"), &json!("x"), &Value::Null),
+            "{body}"
+        );
+        for (request, said) in [
+            (
+                json!({"updates": {"a": "1"}, "removals": ["a"]}),
+                "both removed and updated",
+            ),
+            (json!({"removals": ["exists"]}), "marks the namespace"),
+        ] {
+            let (status, body) =
+                send(Method::POST, "namespaces/ops/properties", Some(request)).await;
+            assert_eq!(status, 422, "{body}");
+            assert!(body.contains(said), "{body}");
+        }
+        // Not every table of `shared` is the token's: it may not change it.
+        let (status, body) = send(
+            Method::POST,
+            "namespaces/shared/properties",
+            Some(json!({"updates": {"tier": "3"}})),
+        )
+        .await;
+        assert_eq!(status, 403, "{body}");
+        let (status, _) = send(Method::DELETE, "namespaces/shared", None).await;
+        assert_eq!(status, 403);
+
+        let schema = json!({"type": "struct", "schema-id": 0, "fields": [
+            {"id": 1, "name": "id", "required": true, "type": "long"}]});
+        let (status, body) = send(
+            Method::POST,
+            "namespaces/ops/tables",
+            Some(json!({"name": "t", "schema": schema})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let (status, body) = send(Method::DELETE, "namespaces/ops", None).await;
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(
+            json_of(&body)["error"]["type"],
+            "NamespaceNotEmptyException"
+        );
+        let (status, _) = send(Method::DELETE, "namespaces/ops/tables/t", None).await;
+        assert_eq!(status, 204);
+        let (status, body) = send(Method::DELETE, "namespaces/ops", None).await;
+        assert_eq!(status, 204, "{body}");
+        let (status, body) = send(Method::GET, "namespaces/ops", None).await;
+        assert_eq!(status, 404, "{body}");
+        let (status, _) = send(Method::DELETE, "namespaces/ops", None).await;
+        assert_eq!(status, 404);
+
+        for (path, status, kind) in [
+            ("namespaces/shared/views", 501, "NotImplementedException"),
+            ("namespaces/shared/views/v", 501, "NotImplementedException"),
+            ("no/such/endpoint", 404, "NotFoundException"),
+        ] {
+            let (got, body) = send(Method::GET, path, None).await;
+            let error = &json_of(&body)["error"];
+            assert_eq!(
+                (got, &error["type"], &error["code"]),
+                (status, &json!(kind), &json!(status)),
+                "{path}: {body}"
+            );
+        }
     }
 
     /// A catalog token holds only its tables, an Iceberg client and the

@@ -194,6 +194,17 @@ impl TokenSettings {
         })
     }
 
+    /// Whether every table of `namespace` is this token's (`*` or
+    /// `<namespace>.*`): what changing or dropping the namespace takes.
+    pub(crate) fn owns_namespace(&self, namespace: &str) -> bool {
+        self.tables.iter().any(|pattern| {
+            pattern == "*"
+                || pattern
+                    .strip_suffix(".*")
+                    .is_some_and(|owned| owned == namespace)
+        })
+    }
+
     /// Whether `namespace` holds any of this token's tables.
     pub(crate) fn reaches_namespace(&self, namespace: &str) -> bool {
         self.tables.iter().any(|pattern| {

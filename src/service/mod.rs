@@ -516,12 +516,17 @@ pub fn router(state: AppState) -> Router {
         .merge(rest::routes())
         .merge(oauth::routes())
         .route("/metrics", get(metrics))
-        .fallback(|| async {
+        .fallback(|uri: axum::http::Uri| async move {
+            // The REST catalog answers in its protocol's shape.
+            if uri.path().starts_with("/iceberg/") {
+                return rest::not_served(uri).await;
+            }
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "no such endpoint: see /openapi.json",
             )
+            .into_response()
         })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -96,10 +96,18 @@ pub(crate) fn routes() -> Router<AppState> {
 /// catalog.
 async fn prefixed(
     State(state): State<AppState>,
-    Path((prefix, rest)): Path<(String, String)>,
+    Path((prefix, _)): Path<(String, String)>,
     mut request: axum::extract::Request,
 ) -> Response {
     static ROUTES: std::sync::OnceLock<Router<AppState>> = std::sync::OnceLock::new();
+    // The rest of the path as sent, still percent-encoded (a nested
+    // namespace's U+001F, a name with a space).
+    let rest = request
+        .uri()
+        .path()
+        .strip_prefix("/iceberg/v1/")
+        .and_then(|path| path.split_once('/'))
+        .map_or("", |(_, rest)| rest);
     let query = request
         .uri()
         .query()
@@ -118,11 +126,37 @@ async fn prefixed(
     let mut extensions = axum::http::Extensions::new();
     extensions.insert(Warehouse(prefix));
     *request.extensions_mut() = extensions;
-    let routes = ROUTES.get_or_init(unprefixed).clone().with_state(state);
+    let routes = ROUTES
+        .get_or_init(|| unprefixed().fallback(not_served))
+        .clone()
+        .with_state(state);
     match tower::ServiceExt::oneshot(routes, request).await {
         Ok(response) => response,
         Err(never) => match never {},
     }
+}
+
+/// A path of the REST catalog that is not served: views are not kept by
+/// this catalog (501, as the protocol answers a feature left out); any
+/// other path is 404. Both in the protocol's error shape.
+pub(crate) async fn not_served(uri: axum::http::Uri) -> Response {
+    if uri.path().split('/').any(|segment| segment == "views") {
+        return RestError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "NotImplementedException",
+            "views are not served by this catalog: GET /v1/config lists the endpoints served",
+        )
+        .into_response();
+    }
+    RestError::new(
+        StatusCode::NOT_FOUND,
+        "NotFoundException",
+        format!(
+            "no such endpoint: {}: GET /v1/config lists the endpoints served",
+            uri.path()
+        ),
+    )
+    .into_response()
 }
 
 fn unprefixed() -> Router<AppState> {
@@ -134,7 +168,13 @@ fn unprefixed() -> Router<AppState> {
         )
         .route(
             "/iceberg/v1/namespaces/{namespace}",
-            get(load_namespace).head(namespace_exists),
+            get(load_namespace)
+                .head(namespace_exists)
+                .delete(drop_namespace),
+        )
+        .route(
+            "/iceberg/v1/namespaces/{namespace}/properties",
+            post(update_namespace_properties),
         )
         .route(
             "/iceberg/v1/namespaces/{namespace}/tables",
@@ -517,6 +557,36 @@ async fn load_namespace(
         Bearer::Catalog(view) => {
             Ok(Json(view.load_namespace(&namespace_of(&namespace)?).await?).into_response())
         }
+    }
+}
+
+async fn drop_namespace(
+    State(state): State<AppState>,
+    asked: Presented,
+    Path(namespace): Path<String>,
+) -> RestResult {
+    match bearer(&state, &asked).await? {
+        Bearer::Session(_) => Err(session_may_not("drop a namespace")),
+        Bearer::Catalog(view) => {
+            view.drop_namespace(&namespace_of(&namespace)?).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+    }
+}
+
+async fn update_namespace_properties(
+    State(state): State<AppState>,
+    asked: Presented,
+    Path(namespace): Path<String>,
+    body: std::result::Result<Json<catalog_view::UpdateNamespaceProperties>, JsonRejection>,
+) -> RestResult {
+    match bearer(&state, &asked).await? {
+        Bearer::Session(_) => Err(session_may_not("change a namespace")),
+        Bearer::Catalog(view) => Ok(Json(
+            view.update_namespace_properties(&namespace_of(&namespace)?, request(body)?)
+                .await?,
+        )
+        .into_response()),
     }
 }
 

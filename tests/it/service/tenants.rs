@@ -159,6 +159,13 @@ async fn two_tenants_see_nothing_of_each_other() {
         let (status, answer) = get(url.clone(), B).await;
         assert_eq!(status, 404, "{url}: {answer}");
     }
+    // Names travel percent-encoded under a prefix, as without one.
+    let (status, answer) = get(format!("{rest}/tenant_b/namespaces/no%20such"), OPS).await;
+    assert_eq!(
+        (status, &answer["error"]["type"]),
+        (404, &json!("NoSuchNamespaceException")),
+        "{answer}"
+    );
     let (status, config) = get(format!("{rest}/config?warehouse=tenant_b"), B).await;
     assert_eq!(
         (status, &config["overrides"]),
