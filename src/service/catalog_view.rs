@@ -286,7 +286,13 @@ impl CatalogView {
         self.load_namespace(namespace).await?;
         let catalog = self.catalog.catalog();
         let tables = catalog.list_tables(namespace).await?.len();
-        let children = catalog.list_namespaces(Some(namespace)).await?.len();
+        // (A SQL catalog lists the parent among its children.)
+        let children = catalog
+            .list_namespaces(Some(namespace))
+            .await?
+            .iter()
+            .filter(|child| *child != namespace)
+            .count();
         if tables + children > 0 {
             return Err(RestError::new(
                 StatusCode::CONFLICT,
