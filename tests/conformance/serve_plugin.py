@@ -34,6 +34,7 @@ PROVISIONED = (
     "test_table_snapshot_operations",
     "test_partitioned_by_",
     "test_empty_scan_ordered_str",
+    "test_table_add_column",
 )
 
 
