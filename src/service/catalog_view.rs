@@ -286,12 +286,13 @@ impl CatalogView {
         self.load_namespace(namespace).await?;
         let catalog = self.catalog.catalog();
         let tables = catalog.list_tables(namespace).await?.len();
-        // (A SQL catalog lists the parent among its children.)
+        // Children only: a SQL catalog answers every namespace whose name
+        // starts with the parent's text (`db2` for `db`).
         let children = catalog
             .list_namespaces(Some(namespace))
             .await?
             .iter()
-            .filter(|child| *child != namespace)
+            .filter(|child| child.len() > namespace.len() && child.starts_with(namespace))
             .count();
         if tables + children > 0 {
             return Err(RestError::new(
@@ -681,10 +682,10 @@ operations = ["catalog"]
         use reqwest::Method;
         use serde_json::{Value, json};
         let dir = tempfile::tempdir().unwrap();
-        let uri = serve(dir.path(), r#"["ops.*", "shared.one"]"#).await;
+        let uri = serve(dir.path(), r#"["ops.*", "ops2.*", "shared.one"]"#).await;
         let send = |method, path: &'static str, body| send(&uri, method, path, body);
         let json_of = |text: &str| serde_json::from_str::<Value>(text).unwrap();
-        for namespace in ["ops", "shared"] {
+        for namespace in ["ops", "shared", "ops2"] {
             let (status, body) = send(
                 Method::POST,
                 "namespaces",
@@ -755,6 +756,7 @@ operations = ["catalog"]
         );
         let (status, _) = send(Method::DELETE, "namespaces/ops/tables/t", None).await;
         assert_eq!(status, 204);
+        // `ops2`, whose name starts with `ops`, is not its child.
         let (status, body) = send(Method::DELETE, "namespaces/ops", None).await;
         assert_eq!(status, 204, "{body}");
         let (status, body) = send(Method::GET, "namespaces/ops", None).await;
