@@ -101,7 +101,7 @@ impl<K: std::hash::Hash + Eq + Clone, V> Lru<K, V> {
 #[derive(Debug)]
 pub(crate) struct KeptTables {
     pointers: PointerStore,
-    /// Reads the size of a metadata file before its first parse.
+    /// Reads a metadata file for its first parse.
     io: iceberg::io::FileIO,
     /// Each table, and whether its metadata is known to be what icestage
     /// committed (its own commit, or a file checked since it was parsed:
@@ -128,7 +128,7 @@ impl KeptTables {
     pub(crate) async fn load(&self, inner: &dyn Catalog, table: &TableIdent) -> Result<Table> {
         // Any trouble reading the pointer: the catalog's own load answers.
         let location = self.pointers.location(table).await.ok().flatten();
-        if let Some(location) = &location {
+        if let Some(location) = location {
             if let Some(kept) = self
                 .kept()
                 .get(table)
@@ -137,13 +137,29 @@ impl KeptTables {
             {
                 return Ok(kept);
             }
-            // Its first parse: a client that can write the metadata folder
-            // (a local warehouse) may have grown the file in place, and the
-            // parse holds all of it at once. Bounded as every metadata file
-            // a client could write.
-            let size = self.io.new_input(location)?.metadata().await?.size;
-            let bound = crate::limits::current().metadata_bytes;
-            if size > bound {
+            if let Some((loaded, sound)) = self.parse(table, location).await? {
+                self.kept().put(table.clone(), (loaded.clone(), sound));
+                return Ok(loaded);
+            }
+        }
+        let loaded = inner.load_table(table).await?;
+        // Parsed from a file: not vouched for until checked.
+        self.kept()
+            .put(loaded.identifier().clone(), (loaded.clone(), false));
+        Ok(loaded)
+    }
+
+    /// `table` parsed from its metadata file at `location`, read once and
+    /// within [`crate::limits::ReadLimits::metadata_bytes`] (a client that
+    /// can write the metadata folder, a local warehouse, may have grown the
+    /// file in place), with whether it holds what icestage committed there
+    /// ([`super::pointer::rewritten_bytes`]: the same bytes, not a second
+    /// read). `None` for a gzip-compressed file, which iceberg's own reader
+    /// inflates.
+    async fn parse(&self, table: &TableIdent, location: String) -> Result<Option<(Table, bool)>> {
+        let bytes = match super::confine::read_bounded(&self.io, &location).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err((size, bound))) => {
                 return Err(iceberg::Error::new(
                     iceberg::ErrorKind::DataInvalid,
                     format!(
@@ -154,12 +170,27 @@ impl KeptTables {
                     ),
                 ));
             }
+            Err(crate::error::Error::Iceberg(e)) => return Err(e),
+            Err(e) => {
+                return Err(iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    format!("cannot read {location}: {e}"),
+                ));
+            }
+        };
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            return Ok(None);
         }
-        let loaded = inner.load_table(table).await?;
-        // Parsed from a file: not vouched for until checked.
-        self.kept()
-            .put(loaded.identifier().clone(), (loaded.clone(), false));
-        Ok(loaded)
+        let metadata: iceberg::spec::TableMetadata = serde_json::from_slice(&bytes)?;
+        let sound = super::pointer::rewritten_bytes(&location, &bytes).is_none();
+        let loaded = Table::builder()
+            .identifier(table.clone())
+            .file_io(self.io.clone())
+            .metadata(metadata)
+            .metadata_location(location)
+            .runtime(iceberg::Runtime::current())
+            .build()?;
+        Ok(Some((loaded, sound)))
     }
 
     /// Keeps `table` as a commit of this process left it: the next load

@@ -320,6 +320,16 @@ fn content_id(bytes: &[u8]) -> uuid::Uuid {
     uuid::Builder::from_custom_bytes(first).into_uuid()
 }
 
+/// The content id that names the metadata file at `path`, when its name
+/// carries one (icestage's own files, [`write_metadata`]).
+fn named_content_id(path: &str) -> Option<uuid::Uuid> {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    file.strip_suffix(".metadata.json")
+        .and_then(|stem| stem.split_once('-'))
+        .and_then(|(_, id)| uuid::Uuid::parse_str(id).ok())
+        .filter(|id| id.get_version_num() == 8)
+}
+
 /// Whether the metadata file at `path` still holds what icestage wrote
 /// there: `None` when it does, or when its name carries no content id
 /// (another writer's file); otherwise why not. Read only within
@@ -328,15 +338,9 @@ pub(crate) async fn rewritten(
     io: &iceberg::io::FileIO,
     path: &str,
 ) -> iceberg::Result<Option<String>> {
-    let file = path.rsplit('/').next().unwrap_or(path);
-    let Some(id) = file
-        .strip_suffix(".metadata.json")
-        .and_then(|stem| stem.split_once('-'))
-        .and_then(|(_, id)| uuid::Uuid::parse_str(id).ok())
-        .filter(|id| id.get_version_num() == 8)
-    else {
+    if named_content_id(path).is_none() {
         return Ok(None);
-    };
+    }
     let bytes = match super::confine::read_bounded(io, path).await {
         Ok(Ok(bytes)) => bytes,
         Ok(Err((size, bound))) => {
@@ -353,12 +357,18 @@ pub(crate) async fn rewritten(
             ));
         }
     };
-    Ok((content_id(&bytes) != id).then(|| {
+    Ok(rewritten_bytes(path, &bytes))
+}
+
+/// [`rewritten`] for `bytes`, read from `path` already.
+pub(crate) fn rewritten_bytes(path: &str, bytes: &[u8]) -> Option<String> {
+    let id = named_content_id(path)?;
+    (content_id(bytes) != id).then(|| {
         format!(
             "its metadata file {path} is not the one icestage committed (its content changed \
              after it was written): a client rewrote it in place"
         )
-    }))
+    })
 }
 
 /// The table property that asks for old metadata files to be deleted.
