@@ -57,4 +57,21 @@ for folder, _, files in os.walk(work):
             with open(os.path.join(root, "parquet-footer", name + ".footer"), "wb") as out:
                 out.write(data[-8 - length:-8])
 shutil.rmtree(work)
+
+# Column chunks as the page guard sees them (everything between the leading
+# magic and the footer of a one-row-group file), one per codec a writer may
+# use, data pages v1 and v2.
+import pyarrow.parquet as pq
+
+rows = pa.table({"id": list(range(200)), "name": [f"n{i % 7}" for i in range(200)]})
+for codec in ["zstd", "gzip", "brotli", "snappy", "lz4", "none"]:
+    for version in ["1.0", "2.0"]:
+        path = os.path.join(tempfile.mkdtemp(), "f.parquet")
+        pq.write_table(rows, path, compression=codec, data_page_version=version)
+        data = open(path, "rb").read()
+        (length,) = struct.unpack("<I", data[-8:-4])
+        os.makedirs(os.path.join(root, "parquet-pages"), exist_ok=True)
+        with open(os.path.join(root, "parquet-pages", f"{codec}-v{version}.chunks"), "wb") as out:
+            out.write(data[4:-8 - length])
+        shutil.rmtree(os.path.dirname(path))
 print("seeds written under", root)

@@ -20,6 +20,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("manifest", manifest),
     ("table-metadata", table_metadata),
     ("parquet-footer", parquet_footer),
+    ("parquet-pages", parquet_pages),
 ];
 
 /// The Avro container guard alone.
@@ -58,4 +59,21 @@ pub fn parquet_footer(bytes: &[u8]) -> Result<(), String> {
     crate::upload::verify::decode_footer(bytes, "input")
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+/// A staged file's column chunk (its pages, headers and data), walked as
+/// the page guard walks it before the `parquet` crate decodes it, under
+/// each codec a writer may name.
+pub fn parquet_pages(bytes: &[u8]) -> Result<(), String> {
+    use parquet::basic::Compression;
+    let codecs = [
+        Compression::UNCOMPRESSED,
+        Compression::SNAPPY,
+        Compression::GZIP(Default::default()),
+        Compression::BROTLI(Default::default()),
+        Compression::LZ4,
+        Compression::ZSTD(Default::default()),
+        Compression::LZ4_RAW,
+    ];
+    crate::limits::pages::check_pages(bytes, 4, &codecs, INFLATE_BOUND)
 }

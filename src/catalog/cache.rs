@@ -154,8 +154,8 @@ impl KeptTables {
     /// can write the metadata folder, a local warehouse, may have grown the
     /// file in place), with whether it holds what icestage committed there
     /// ([`super::pointer::rewritten_bytes`]: the same bytes, not a second
-    /// read). `None` for a gzip-compressed file, which iceberg's own reader
-    /// inflates.
+    /// read). A gzip-compressed file is inflated within
+    /// [`crate::limits::ReadLimits::metadata_inflated_bytes`].
     async fn parse(&self, table: &TableIdent, location: String) -> Result<Option<(Table, bool)>> {
         let bytes = match super::confine::read_bounded(&self.io, &location).await {
             Ok(Ok(bytes)) => bytes,
@@ -178,10 +178,11 @@ impl KeptTables {
                 ));
             }
         };
-        if bytes.starts_with(&[0x1f, 0x8b]) {
-            return Ok(None);
-        }
-        let metadata: iceberg::spec::TableMetadata = serde_json::from_slice(&bytes)?;
+        let metadata: iceberg::spec::TableMetadata = if bytes.starts_with(&[0x1f, 0x8b]) {
+            serde_json::from_slice(&super::confine::inflate_bounded(&location, &bytes)?)?
+        } else {
+            serde_json::from_slice(&bytes)?
+        };
         let sound = super::pointer::rewritten_bytes(&location, &bytes).is_none();
         let loaded = Table::builder()
             .identifier(table.clone())

@@ -148,6 +148,36 @@ pub(crate) async fn read_bounded(
     Ok(Ok(input.reader().await?.read(0..size).await?))
 }
 
+/// The gzip-compressed metadata file `bytes` (read from `path`) inflated,
+/// up to [`limits::ReadLimits::metadata_inflated_bytes`]: a file that
+/// inflates past it is refused once one byte more has come out.
+pub(crate) fn inflate_bounded(path: &str, bytes: &[u8]) -> iceberg::Result<Vec<u8>> {
+    use std::io::Read;
+    let bound = limits::current().metadata_inflated_bytes;
+    let mut inflated = vec![];
+    flate2::read::GzDecoder::new(bytes)
+        .take(bound + 1)
+        .read_to_end(&mut inflated)
+        .map_err(|e| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("the metadata file {path} is not valid gzip: {e}"),
+            )
+        })?;
+    if inflated.len() as u64 > bound {
+        return Err(iceberg::Error::new(
+            iceberg::ErrorKind::DataInvalid,
+            format!(
+                "the metadata file {path} decompresses to more than the {} a metadata file may \
+                 (limits.metadata_inflated_bytes): it was written outside icestage; restore the \
+                 table or raise the limit",
+                limits::human(bound)
+            ),
+        ));
+    }
+    Ok(inflated)
+}
+
 /// Table properties that move where a writer puts files.
 const PATH_PROPERTIES: &[&str] = &[
     "write.data.path",

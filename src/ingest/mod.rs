@@ -13,6 +13,7 @@ pub(crate) mod copy_into;
 pub(crate) mod distribute;
 pub(crate) mod functions;
 pub(crate) mod options;
+pub(crate) mod pages;
 pub(crate) mod read;
 pub(crate) mod source;
 pub(crate) mod store;

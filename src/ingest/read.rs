@@ -14,7 +14,6 @@ use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::avro::AvroFormat;
 use datafusion::datasource::file_format::csv::CsvFormat;
 use datafusion::datasource::file_format::json::JsonFormat;
-use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
@@ -30,6 +29,7 @@ use tempfile::TempDir;
 
 use super::codec::{compression_type, stage_locally};
 use super::options::{Compression, Format, SourceOptions};
+use super::pages::GuardedParquet;
 use super::source::{Access, SourceFile, select};
 pub(crate) use super::store::CountingStore;
 use crate::error::{Error, Result};
@@ -62,7 +62,7 @@ fn file_format(
                 .with_schema_infer_max_rec(SAMPLE_ROWS)
                 .with_file_compression_type(compression),
         ),
-        Format::Parquet => Arc::new(ParquetFormat::default()),
+        Format::Parquet => Arc::new(GuardedParquet::new()),
         Format::Avro => Arc::new(AvroFormat),
     }
 }

@@ -47,6 +47,7 @@ use super::drift::{Matching, schema_drift};
 use super::findings::Finding;
 use super::validation::{FINDINGS_PER_RULE, key_text, named, values_json};
 use crate::error::{Error, Result};
+use crate::limits::pages::{Chunks, PageGuard};
 
 /// Rows per decoded batch.
 const BATCH_ROWS: usize = 65_536;
@@ -732,7 +733,13 @@ pub(super) async fn read_chunk(
 ) -> Result<Read> {
     let input = io.new_input(&path)?;
     let meta = input.metadata().await?;
-    let reader = ArrowFileReader::new(meta, input.reader().await?);
+    let chunks =
+        Chunks::of(footer.metadata(), Some(meta.size)).map_err(|e| unreadable(&path, e))?;
+    let reader = PageGuard::new(
+        ArrowFileReader::new(meta, input.reader().await?),
+        &path,
+        chunks,
+    );
     let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, footer)
         .with_row_groups(groups)
         .with_batch_size(BATCH_ROWS)

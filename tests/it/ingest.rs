@@ -477,3 +477,102 @@ fn a_terminal_sees_a_progress_bar_of_files_and_bytes() {
     assert!(drawn.contains("1/1 files"), "{drawn}");
     assert!(drawn.contains("MiB/16"), "{drawn}");
 }
+
+/// Parquet sources are read through the page guard: files written with
+/// every codec and both data page versions read as written, and a page
+/// whose GZIP stream inflates about a thousand times past its header is
+/// refused before it is decoded, by `read_s3_prefix` and `COPY INTO` alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parquet_pages_are_checked_before_they_are_decoded() {
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::Compression;
+    use parquet::file::properties::{WriterProperties, WriterVersion};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]));
+    let ids: Vec<i64> = (1..=5000).collect();
+    let names: Vec<Option<String>> = ids
+        .iter()
+        .map(|i| (i % 3 != 0).then(|| format!("n{}", i % 17)))
+        .collect();
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(Int64Array::from(ids)),
+            Arc::new(StringArray::from(names)),
+        ],
+    )
+    .unwrap();
+    let codecs = [
+        Compression::GZIP(Default::default()),
+        Compression::BROTLI(Default::default()),
+        Compression::LZ4,
+        Compression::LZ4_RAW,
+        Compression::ZSTD(Default::default()),
+        Compression::SNAPPY,
+        Compression::UNCOMPRESSED,
+    ];
+    let good = dir.path().join("good");
+    std::fs::create_dir_all(&good).unwrap();
+    for (index, codec) in codecs.iter().enumerate() {
+        for version in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0] {
+            let properties = WriterProperties::builder()
+                .set_compression(*codec)
+                .set_writer_version(version)
+                .set_data_page_row_count_limit(1000)
+                .build();
+            let file =
+                std::fs::File::create(good.join(format!("{index}-{version:?}.parquet"))).unwrap();
+            let mut writer =
+                ArrowWriter::try_new(file, Arc::clone(&schema), Some(properties)).unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+        }
+    }
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let good = format!("file://{}/", good.display());
+    assert_eq!(
+        scalar(
+            &ctx,
+            &format!(
+                "SELECT count(*) || ':' || sum(id) || ':' || count(name) \
+                 FROM read_s3_prefix('{good}', all_files => true)"
+            )
+        )
+        .await,
+        format!("{}:{}:{}", 14 * 5000, 14 * 12_502_500, 14 * 3334)
+    );
+
+    let bomb = dir.path().join("bomb");
+    std::fs::create_dir_all(&bomb).unwrap();
+    let file = bomb.join("events.parquet");
+    python_script(
+        "hostile_client.py",
+        &["page-bomb-file", file.to_str().unwrap()],
+    );
+    let bomb = format!("file://{}/", bomb.display());
+    for sql in [
+        format!("SELECT sum(amount) FROM read_s3_prefix('{bomb}')"),
+        format!("COPY INTO raw.bombed FROM '{bomb}'"),
+    ] {
+        let message = error(&ctx, &sql).await;
+        assert!(
+            message.contains("column 'amount': the page at byte")
+                && message.contains("inflates past the")
+                && message.contains("(GZIP)"),
+            "{sql}: {message}"
+        );
+    }
+    assert!(
+        run(&ctx, "SELECT * FROM raw.bombed").await.is_err(),
+        "a refused COPY INTO created its table"
+    );
+}

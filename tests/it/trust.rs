@@ -444,6 +444,48 @@ async fn metadata_rewritten_in_place_is_found_out() {
     target_untouched(&replica).await;
 }
 
+/// The staging table's current metadata file on the local warehouse.
+fn current_metadata(warehouse: &Warehouse, upload: &Upload) -> std::path::PathBuf {
+    let mut metadata: Vec<_> = crate::common::files_under(warehouse.path())
+        .into_iter()
+        .filter(|p| {
+            let path = p.display().to_string();
+            path.contains(&upload.id) && path.ends_with(".metadata.json")
+        })
+        .collect();
+    metadata.sort();
+    metadata.pop().expect("the staging table's metadata")
+}
+
+/// The current metadata file of the staging table replaced in place by
+/// 300 KiB of gzip that inflate to 300 MiB: a replica inflates it only up
+/// to `limits.metadata_inflated_bytes`, says so, and the target is
+/// untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_compressed_in_place_is_inflated_within_its_bound() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let upload = target(&ctx).await;
+    let current = current_metadata(&warehouse, &upload);
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "head -c 314572800 /dev/zero | gzip -c > '{}'",
+            current.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let replica = warehouse.session().await;
+    let error = promote_error(&replica, &upload).await;
+    assert!(
+        error.contains("decompresses to more than the 256 MiB")
+            && error.contains("limits.metadata_inflated_bytes"),
+        "{error}"
+    );
+    target_untouched(&replica).await;
+}
+
 /// The current metadata file of the staging table grown in place past
 /// `limits.metadata_bytes` (a client that can write the local warehouse):
 /// a replica refuses to parse it, says which bound, and the target is
@@ -453,15 +495,7 @@ async fn metadata_grown_in_place_is_not_parsed() {
     let warehouse = Warehouse::new();
     let ctx = warehouse.session().await;
     let upload = target(&ctx).await;
-    let mut metadata: Vec<_> = crate::common::files_under(warehouse.path())
-        .into_iter()
-        .filter(|p| {
-            let path = p.display().to_string();
-            path.contains(&upload.id) && path.ends_with(".metadata.json")
-        })
-        .collect();
-    metadata.sort();
-    let current = metadata.last().expect("the staging table's metadata");
+    let current = current_metadata(&warehouse, &upload);
     // Sparse: 65 MiB that take no disk.
     std::fs::OpenOptions::new()
         .write(true)
@@ -477,4 +511,25 @@ async fn metadata_grown_in_place_is_not_parsed() {
         "{error}"
     );
     target_untouched(&replica).await;
+}
+
+/// A staged page whose GZIP stream inflates about a thousand times past the
+/// size its header declares (the stored size and the footer unchanged) is
+/// refused before the decoder sees it, naming the column and the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_inflates_past_its_header_is_refused_before_decoding() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let upload = target(&ctx).await;
+    let file = hostile(&upload, &["page-bomb"]);
+    let file: serde_json::Value = serde_json::from_str(file.trim()).unwrap();
+    let error = promote_error(&ctx, &upload).await;
+    assert!(
+        error.contains(file["file"].as_str().unwrap())
+            && error.contains("column 'amount': the page at byte")
+            && error.contains("inflates past the")
+            && error.contains("(GZIP)"),
+        "{error}"
+    );
+    target_untouched(&ctx).await;
 }

@@ -34,6 +34,12 @@ Each sub-command does one thing to the staging table and prints JSON:
     hostile_client.py linked-file   CONNECTION STAGING PATH
         a symbolic link under the staging table's data folder to PATH
         (another table's file), registered as a staged file
+    hostile_client.py page-bomb     CONNECTION STAGING
+        a GZIP Parquet file whose first page of its last column inflates
+        about a thousand times past the size its page header declares
+        (same stored size, same footer), registered as a staged file
+    hostile_client.py page-bomb-file PATH
+        the same file, written at the local PATH (a COPY INTO source)
 """
 
 import json
@@ -197,6 +203,117 @@ def linked_file(connection: str, staging: str, target: str) -> None:
     print(json.dumps({"file": path}))
 
 
+def thrift_page_header(data: bytes, at: int) -> tuple[int, int]:
+    """(header length, compressed page size) of the Thrift compact page
+    header at `at`: fields are walked, nested structs skipped."""
+    start = at
+
+    def varint() -> int:
+        nonlocal at
+        value, shift = 0, 0
+        while True:
+            byte = data[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value
+
+    def skip(kind: int) -> None:
+        nonlocal at
+        if kind in (1, 2):
+            return
+        if kind in (4, 5, 6):
+            varint()
+        elif kind == 8:
+            length = varint()
+            at += length
+        elif kind == 12:
+            struct(lambda field, kind: skip(kind))
+        else:
+            raise ValueError(f"thrift type {kind} is not expected in a page header")
+
+    def struct(field) -> None:
+        nonlocal at
+        last = 0
+        while True:
+            byte = data[at]
+            at += 1
+            if byte == 0:
+                return
+            last = last + (byte >> 4) if byte >> 4 else varint()
+            field(last, byte & 0x0F)
+
+    sizes = {}
+
+    def top(field: int, kind: int) -> None:
+        if field in (2, 3) and kind == 5:
+            raw = varint()
+            sizes[field] = (raw >> 1) ^ -(raw & 1)
+        else:
+            skip(kind)
+
+    struct(top)
+    return at - start, sizes[3]
+
+
+def gzip_bomb(length: int) -> bytes:
+    """A GZIP member of exactly `length` bytes that inflates to about a
+    thousand times that: zeros, deflated, behind a comment that pads it."""
+    import zlib
+    inflated = (length - 64) * 1000
+    while True:
+        deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+        body, crc, left = [], 0, inflated
+        chunk = bytes(1 << 20)
+        while left:
+            piece = chunk[:min(left, len(chunk))]
+            body.append(deflate.compress(piece))
+            crc = zlib.crc32(piece, crc)
+            left -= len(piece)
+        body.append(deflate.flush())
+        body = b"".join(body)
+        pad = length - len(body) - 10 - 1 - 8
+        if pad >= 0:
+            header = bytes([0x1F, 0x8B, 8, 0x10, 0, 0, 0, 0, 0, 255])
+            trailer = crc.to_bytes(4, "little") + (inflated & 0xFFFFFFFF).to_bytes(4, "little")
+            return header + b"x" * pad + b"\0" + body + trailer
+        inflated = inflated * 9 // 10
+
+
+def write_page_bomb(local: str, schema: pa.Schema) -> None:
+    """Writes random positive ints (they do not compress, so the first page
+    is long enough to hold the bomb) under `schema` with GZIP pages, then
+    swaps the first page of the last column for a bomb of the same length."""
+    import random
+    rows = [{f.name: random.randint(1, 2**30) for f in schema} for _ in range(20_000)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), local, compression="gzip",
+                   use_dictionary=False, write_statistics=False)
+    column = pq.read_metadata(local).row_group(0).column(len(schema) - 1)
+    with open(local, "r+b") as f:
+        data = f.read()
+        start = column.data_page_offset
+        header, compressed = thrift_page_header(data, start)
+        f.seek(start + header)
+        f.write(gzip_bomb(compressed))
+
+
+def page_bomb(connection: str, staging: str) -> None:
+    import os
+    t = catalog(connection).load_table(staging)
+    path = f"{t.location()}/data/bomb-{uuid.uuid4().hex}.parquet"
+    local = path.removeprefix("file://")
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    write_page_bomb(local, arrow_schema(t))
+    register(t, data_file(t, path))
+    print(json.dumps({"file": path}))
+
+
+def page_bomb_file(path: str) -> None:
+    write_page_bomb(path, pa.schema([("id", pa.int64()), ("amount", pa.int64())]))
+    print(json.dumps({"file": path}))
+
+
 def forge_evidence(connection: str, staging: str, target: str, upload_id: str) -> None:
     t = catalog(connection).load_table(target)
     row = pa.Table.from_pylist([sample_row(t)], schema=t.schema().as_arrow())
@@ -248,6 +365,8 @@ if __name__ == "__main__":
         "nested-nulls": nested_nulls,
         "claimed-size": claimed_size,
         "linked-file": linked_file,
+        "page-bomb": page_bomb,
+        "page-bomb-file": page_bomb_file,
         "forge-evidence": forge_evidence,
         "rewrite-metadata": rewrite_metadata,
     }[command](*args)

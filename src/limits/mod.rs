@@ -1,5 +1,6 @@
 //! Bounds on the work icestage does on bytes a client wrote (metadata JSON,
-//! manifest lists, manifests, Parquet footers, compressed ingest sources).
+//! manifest lists, manifests, Parquet footers and pages, compressed ingest
+//! sources).
 //!
 //! A client's file is read only when its stored size is within its bound,
 //! and decompressed only up to its inflation bound: a file past either is
@@ -7,6 +8,8 @@
 //! The bounds are process-wide (the reads happen deep inside catalog code
 //! that has no session at hand): `register` sets them from the `[limits]`
 //! table of a catalog or service configuration, before any read.
+
+pub(crate) mod pages;
 
 use std::sync::RwLock;
 
@@ -20,6 +23,7 @@ use serde::Deserialize;
 /// [limits]
 /// metadata_bytes = 67108864          # 64 MiB stored
 /// metadata_inflated_bytes = 268435456 # 256 MiB once decompressed
+/// page_inflated_bytes = 268435456     # one Parquet page, decompressed
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -31,6 +35,10 @@ pub struct ReadLimits {
     pub metadata_inflated_bytes: u64,
     /// The largest Parquet footer of a staged file, in bytes.
     pub footer_bytes: u64,
+    /// The most bytes one page of a client's Parquet file (a staged file, a
+    /// `COPY INTO` or pipe source) may decompress to. Writers cut pages at
+    /// about 1 MiB; a page holding one very large value is larger.
+    pub page_inflated_bytes: u64,
     /// The most bytes one compressed ingest source (`COPY INTO`, pipes) may
     /// decompress to.
     pub source_inflated_bytes: u64,
@@ -42,6 +50,7 @@ impl Default for ReadLimits {
             metadata_bytes: 64 << 20,
             metadata_inflated_bytes: 256 << 20,
             footer_bytes: 16 << 20,
+            page_inflated_bytes: 256 << 20,
             source_inflated_bytes: 64 << 30,
         }
     }
