@@ -42,6 +42,12 @@ extensions_options! {
         /// and executors were started with; '' for the file the environment
         /// variable ICESTAGE_CLUSTER_SECRET_FILE names.
         pub cluster_secret_file: String, default = String::new()
+
+        /// The PEM file of the certificate authority a TLS cluster's
+        /// certificates chain to (its scheduler and executors were started
+        /// with --tls-cert); '' for the file the environment variable
+        /// ICESTAGE_CLUSTER_TLS_CA_FILE names, or none: plain connections.
+        pub cluster_tls_ca_file: String, default = String::new()
     }
 }
 

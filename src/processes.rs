@@ -7,7 +7,9 @@
 use std::net::SocketAddr;
 
 use crate::cluster::Jobs;
-pub use crate::cluster::{ClusterSecret, ExecutorOptions, SECRET_FILE_VARIABLE};
+pub use crate::cluster::{
+    ClusterSecret, ClusterTls, ExecutorOptions, SECRET_FILE_VARIABLE, TLS_FILE_VARIABLES,
+};
 use crate::error::Result;
 
 /// Every job icestage's operations send to a cluster.

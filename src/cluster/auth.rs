@@ -8,14 +8,17 @@
 //! hook lets a caller put it (the `user-agent` header of each call; the
 //! hook can change a connection's endpoint, not add headers). It shows that
 //! the caller holds the secret without sending the secret itself, but it
-//! is a bearer proof: across networks nobody may watch, run the cluster on
-//! a private network or behind TLS-terminating proxies.
+//! is a bearer proof: across networks nobody may watch, give the cluster
+//! TLS ([`ClusterTls`]): its scheduler and executors then serve only TLS,
+//! with a certificate that chains to an authority every peer and client is
+//! given, and every connection the processes and clients open is TLS.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use ballista_core::extension::EndpointOverrideFn;
 use sha2::{Digest, Sha256};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
 use tonic::{Request, Status};
 
 use crate::error::{Error, Result};
@@ -35,11 +38,33 @@ const PREFIX: &str = "icestage-cluster/";
 /// Where to get a secret made.
 const HOW_TO_MAKE: &str = "make one with `head -c 32 /dev/urandom | base64 > cluster.secret`";
 
-/// A cluster's shared secret, as the proof its peers send.
-#[derive(Clone, PartialEq, Eq)]
+/// The environment variables naming a cluster's TLS files (PEM): this
+/// process's certificate and key (a scheduler's, an executor's) and the
+/// authority peers' certificates chain to.
+pub const TLS_FILE_VARIABLES: [&str; 3] = [
+    "ICESTAGE_CLUSTER_TLS_CERT_FILE",
+    "ICESTAGE_CLUSTER_TLS_KEY_FILE",
+    "ICESTAGE_CLUSTER_TLS_CA_FILE",
+];
+
+/// The longest TLS file read, in bytes.
+const LONGEST_PEM: u64 = 1 << 20;
+
+/// A cluster's shared secret, as the proof its peers send, and its TLS
+/// when it has one.
+#[derive(Clone)]
 pub struct ClusterSecret {
     proof: Arc<str>,
+    tls: Option<Arc<ClusterTls>>,
 }
+
+impl PartialEq for ClusterSecret {
+    fn eq(&self, other: &Self) -> bool {
+        self.proof == other.proof
+    }
+}
+
+impl Eq for ClusterSecret {}
 
 impl std::fmt::Debug for ClusterSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -103,13 +128,43 @@ impl ClusterSecret {
         digest.update(secret);
         Self {
             proof: format!("{PREFIX}{}", hex::encode(digest.finalize())).into(),
+            tls: None,
         }
     }
 
-    /// Makes each connection a Ballista client opens carry the proof.
+    /// This secret on connections secured by `tls` (none: plain ones).
+    pub fn with_tls(mut self, tls: Option<ClusterTls>) -> Self {
+        self.tls = tls.map(Arc::new);
+        self
+    }
+
+    /// The TLS this process's ports serve with, if the cluster has TLS.
+    pub(crate) fn serving_tls(&self) -> Result<Option<ServerTlsConfig>> {
+        let Some(tls) = &self.tls else {
+            return Ok(None);
+        };
+        let identity = tls.identity.clone().ok_or_else(|| {
+            Error::Config(format!(
+                "a TLS cluster's scheduler and executors serve with a certificate and its key: \
+                 --tls-cert and --tls-key (or {} and {})",
+                TLS_FILE_VARIABLES[0], TLS_FILE_VARIABLES[1]
+            ))
+        })?;
+        Ok(Some(ServerTlsConfig::new().identity(identity)))
+    }
+
+    /// Makes each connection a Ballista client opens carry the proof, over
+    /// TLS when the cluster has it.
     pub(crate) fn endpoint_override(&self) -> EndpointOverrideFn {
         let proof = Arc::clone(&self.proof);
-        Arc::new(move |endpoint| Ok(endpoint.user_agent(proof.as_ref())?))
+        let tls = self.tls.clone();
+        Arc::new(move |endpoint| {
+            let endpoint = match &tls {
+                Some(tls) => tls.secure(endpoint)?,
+                None => endpoint,
+            };
+            Ok(endpoint.user_agent(proof.as_ref())?)
+        })
     }
 
     /// Refuses a call that does not carry the proof.
@@ -145,6 +200,108 @@ impl ClusterSecret {
         let secret = self.clone();
         move |request| secret.check(request)
     }
+}
+
+/// A cluster's TLS: the authority its certificates chain to, and this
+/// process's own certificate and key when it serves.
+#[derive(Clone)]
+pub struct ClusterTls {
+    authority: Certificate,
+    identity: Option<Identity>,
+}
+
+impl std::fmt::Debug for ClusterTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterTls")
+            .field("serves", &self.identity.is_some())
+            .finish()
+    }
+}
+
+impl ClusterTls {
+    /// The TLS of the PEM files given (`cert`, `key`, `ca`), each else the
+    /// one its environment variable names ([`TLS_FILE_VARIABLES`]); `None`
+    /// when none is given. A certificate needs its key; without an
+    /// authority, a process's own certificate is the one its peers' must
+    /// match (a self-signed cluster certificate).
+    pub fn from_files_or_env(
+        cert: Option<&Path>,
+        key: Option<&Path>,
+        ca: Option<&Path>,
+    ) -> Result<Option<Self>> {
+        let pick = |given: Option<&Path>, variable: &str| {
+            given.map(Path::to_path_buf).or_else(|| {
+                std::env::var_os(variable)
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
+        };
+        let cert = pick(cert, TLS_FILE_VARIABLES[0]);
+        let key = pick(key, TLS_FILE_VARIABLES[1]);
+        let ca = pick(ca, TLS_FILE_VARIABLES[2]);
+        let identity = match (&cert, &key) {
+            (Some(cert), Some(key)) => Some((
+                read_pem(cert, "certificate", "CERTIFICATE-----")?,
+                read_pem(key, "private key", "PRIVATE KEY-----")?,
+            )),
+            (None, None) => None,
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(Error::Config(format!(
+                    "a cluster's TLS certificate needs its key and the key its certificate: give \
+                     both (--tls-cert and --tls-key, or {} and {})",
+                    TLS_FILE_VARIABLES[0], TLS_FILE_VARIABLES[1]
+                )));
+            }
+        };
+        let authority = match (&ca, &identity) {
+            (Some(ca), _) => read_pem(ca, "certificate authority", "CERTIFICATE-----")?,
+            (None, Some((cert, _))) => cert.clone(),
+            (None, None) => return Ok(None),
+        };
+        // tonic's server side takes the process's default provider; this
+        // build links two, so one is named once, before any is used.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Ok(Some(Self {
+            authority: Certificate::from_pem(authority),
+            identity: identity.map(|(cert, key)| Identity::from_pem(cert, key)),
+        }))
+    }
+
+    /// `endpoint` over TLS: its scheme made `https` (Ballista names its
+    /// peers `http://HOST:PORT`), trusting the cluster's authority only.
+    fn secure(
+        &self,
+        endpoint: Endpoint,
+    ) -> std::result::Result<Endpoint, Box<dyn std::error::Error + Send + Sync>> {
+        let uri = endpoint.uri();
+        let endpoint = if uri.scheme_str() == Some("https") {
+            endpoint
+        } else {
+            let authority = uri.authority().map_or("", |a| a.as_str());
+            ballista_core::utils::create_grpc_client_endpoint(format!("https://{authority}"), None)?
+        };
+        Ok(endpoint.tls_config(ClientTlsConfig::new().ca_certificate(self.authority.clone()))?)
+    }
+}
+
+/// The PEM file at `path` (a `what`), which must hold `marker`.
+fn read_pem(path: &Path, what: &str, marker: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let named = || format!("the cluster's TLS {what} file '{}'", path.display());
+    let mut text = vec![];
+    std::fs::File::open(path)
+        .and_then(|file| file.take(LONGEST_PEM + 1).read_to_end(&mut text))
+        .map_err(|e| Error::Config(format!("cannot read {}: {e}", named())))?;
+    if text.len() as u64 > LONGEST_PEM
+        || !text.windows(marker.len()).any(|w| w == marker.as_bytes())
+    {
+        return Err(Error::Config(format!(
+            "{} is not a PEM {what} (no '-----BEGIN ...{marker}' block within {} bytes)",
+            named(),
+            LONGEST_PEM
+        )));
+    }
+    Ok(text)
 }
 
 /// The secrets of this process's in-process clusters, by URL.

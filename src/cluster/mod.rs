@@ -28,7 +28,7 @@ mod recipe;
 mod write;
 
 #[cfg(feature = "cluster")]
-pub use auth::{ClusterSecret, SECRET_FILE_VARIABLE};
+pub use auth::{ClusterSecret, ClusterTls, SECRET_FILE_VARIABLE, TLS_FILE_VARIABLES};
 #[cfg(feature = "cluster")]
 pub use codec::{IcestageLogicalCodec, IcestagePhysicalCodec};
 #[cfg(feature = "cluster")]
@@ -100,17 +100,26 @@ impl Cluster {
     /// This cluster with the secret its calls carry: the file `options`
     /// name (`icestage.cluster_secret_file`), else the one this process
     /// made for its own in-process cluster at this URL, else the file the
-    /// environment names ([`SECRET_FILE_VARIABLE`]).
+    /// environment names ([`SECRET_FILE_VARIABLE`]); over TLS when
+    /// `icestage.cluster_tls_ca_file` (or its environment variable) names
+    /// the authority the cluster's certificates chain to.
     #[cfg(feature = "cluster")]
     fn with_secret_of(mut self, options: &crate::config::IcestageOptions) -> Result<Self> {
         let file = options.cluster_secret_file.trim();
-        self.secret = if !file.is_empty() {
+        let secret = if !file.is_empty() {
             Some(ClusterSecret::from_file(std::path::Path::new(file))?)
         } else if let Some(secret) = auth::in_process(&self.url) {
-            Some(secret)
+            // This process's own cluster, on loopback, without TLS.
+            self.secret = Some(secret);
+            return Ok(self);
         } else {
             ClusterSecret::from_file_or_env(None)?
         };
+        let authority = options.cluster_tls_ca_file.trim();
+        let authority = (!authority.is_empty()).then(|| std::path::Path::new(authority));
+        // A client has no certificate of its own: only the authority.
+        let tls = ClusterTls::from_files_or_env(None, None, authority)?;
+        self.secret = secret.map(|s| s.with_tls(tls));
         Ok(self)
     }
 

@@ -127,7 +127,13 @@ async fn serve_scheduler(
     let service = SchedulerGrpcServer::new(scheduler)
         .max_decoding_message_size(MESSAGE_BYTES)
         .max_encoding_message_size(MESSAGE_BYTES);
-    create_grpc_server(&GrpcServerConfig::default())
+    let mut server = create_grpc_server(&GrpcServerConfig::default());
+    if let Some(tls) = secret.serving_tls()? {
+        server = server
+            .tls_config(tls)
+            .map_err(|e| cluster_error("the scheduler's TLS certificate or key", e))?;
+    }
+    server
         .add_service(InterceptedService::new(service, secret.interceptor()))
         .serve_with_incoming(TcpListenerStream::new(listener))
         .await
@@ -169,7 +175,10 @@ pub(crate) async fn admitted(
     let unreachable = |e: &dyn std::fmt::Display| {
         Error::Config(format!(
             "cannot reach the icestage scheduler at {url}: {e}; is `icestage scheduler` running \
-             there?"
+             there, and do both sides agree on TLS? (a TLS cluster's clients name its authority: \
+             icestage.cluster_tls_ca_file or {}; its executors --tls-cert, --tls-key and \
+             --tls-ca)",
+            super::auth::TLS_FILE_VARIABLES[2]
         ))
     };
     let endpoint = create_grpc_client_endpoint(url.to_string(), None)
@@ -179,8 +188,13 @@ pub(crate) async fn admitted(
     let channel = loop {
         match endpoint.connect().await {
             Ok(channel) => break channel,
-            Err(e) if start.elapsed() >= CONNECT => return Err(unreachable(&e)),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            // Nobody listening yet (a scheduler starting): wait for it.
+            Err(e) if refused(&e) && start.elapsed() < CONNECT => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            // A port that answers in another protocol (TLS and plain) will
+            // not change its mind.
+            Err(e) => return Err(unreachable(&error_chain(&e))),
         }
     };
     let mut client = SchedulerGrpcClient::new(channel)
@@ -199,8 +213,43 @@ pub(crate) async fn admitted(
                 refused.message()
             )))
         }
+        // The call never reached a handler (a status with a transport
+        // error beneath it, not one a handler answered).
+        Err(lost) if std::error::Error::source(&lost).is_some() => {
+            Err(unreachable(&error_chain(&lost)))
+        }
         _ => Ok(client),
     }
+}
+
+/// Whether `error` is a refused TCP connection (nothing listens there).
+fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// `error` with its causes, `: `-separated (a transport error's own text
+/// says only "transport error").
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// What an executor needs to know.
@@ -241,6 +290,7 @@ pub async fn run_executor(options: ExecutorOptions, jobs: Jobs) -> Result<()> {
     )
     .await?;
     let flight_secret = secret.clone();
+    let flight_tls = secret.serving_tls()?;
     let config = ExecutorProcessConfig {
         bind_host: options.bind.ip().to_string(),
         external_host: Some(options.bind.ip().to_string()),
@@ -260,8 +310,13 @@ pub async fn run_executor(options: ExecutorOptions, jobs: Jobs) -> Result<()> {
         override_arrow_flight_service: Some(Arc::new(
             move |work_dir, address, mut shutdown, grpc| {
                 let service = flight_service(work_dir, &flight_secret);
+                let tls = flight_tls.clone();
                 tokio::spawn(async move {
-                    create_grpc_server(&grpc)
+                    let mut server = create_grpc_server(&grpc);
+                    if let Some(tls) = tls {
+                        server = server.tls_config(tls).map_err(BallistaError::TonicError)?;
+                    }
+                    server
                         .add_service(service)
                         .serve_with_shutdown(address, shutdown.recv())
                         .await

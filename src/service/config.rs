@@ -88,6 +88,11 @@ pub struct ServiceSettings {
     /// variable ICESTAGE_CLUSTER_SECRET_FILE names.
     #[serde(default)]
     pub cluster_secret_file: Option<std::path::PathBuf>,
+    /// The authority a TLS cluster's certificates chain to, PEM (the
+    /// session option `icestage.cluster_tls_ca_file`); unset: the file
+    /// ICESTAGE_CLUSTER_TLS_CA_FILE names, or plain connections.
+    #[serde(default)]
+    pub cluster_tls_ca_file: Option<std::path::PathBuf>,
     /// Whether this replica runs the catalogs' pipes (every replica may:
     /// one at a time per pipe). On by default.
     #[serde(default = "default_run_pipes")]

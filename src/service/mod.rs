@@ -93,12 +93,17 @@ impl AppState {
                 .collect()
                 .await?;
         }
-        if let Some(file) = &config.service.cluster_secret_file {
-            let file = file.display().to_string().replace('\'', "''");
-            ctx.sql(&format!("SET icestage.cluster_secret_file = '{file}'"))
-                .await?
-                .collect()
-                .await?;
+        for (setting, file) in [
+            ("cluster_secret_file", &config.service.cluster_secret_file),
+            ("cluster_tls_ca_file", &config.service.cluster_tls_ca_file),
+        ] {
+            if let Some(file) = file {
+                let file = file.display().to_string().replace('\'', "''");
+                ctx.sql(&format!("SET icestage.{setting} = '{file}'"))
+                    .await?
+                    .collect()
+                    .await?;
+            }
         }
         let id_secret = match &config.service.id_secret {
             Some(secret) => secret.expose().as_bytes().to_vec(),

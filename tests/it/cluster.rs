@@ -645,3 +645,129 @@ async fn peers_without_the_secret() {
     );
     assert!(member.stderr().contains("Done with task"));
 }
+
+/// TLS files for a cluster on 127.0.0.1, made with openssl: an authority,
+/// and a certificate it signed for the address with its key.
+fn tls_files() -> (PathBuf, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let script = "set -e
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key \
+            -out ca.pem -days 2 -subj /CN=icestage-test-authority
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout node.key \
+            -out node.csr -subj /CN=127.0.0.1
+        printf 'subjectAltName=IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\n' > node.ext
+        openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out node.pem \
+            -days 2 -extfile node.ext";
+    let made = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (
+        dir.join("ca.pem"),
+        dir.join("node.pem"),
+        dir.join("node.key"),
+    )
+}
+
+#[test]
+fn a_tls_cluster_speaks_only_tls_to_those_who_trust_its_authority() {
+    on_cluster_stack(tls_cluster());
+}
+
+async fn tls_cluster() {
+    use ballista_core::serde::protobuf::GetJobStatusParams;
+    use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+
+    let (ca, cert, key) = tls_files();
+    let [ca, cert, key] = [&ca, &cert, &key].map(|p| p.to_str().unwrap().to_string());
+    let tls = ["--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca];
+    let secret = secret_file("a-secret-the-cluster-shares");
+    let secret_arg = secret.to_str().unwrap();
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut args = vec!["scheduler", "--bind", &address, "--secret-file", secret_arg];
+    args.extend(tls);
+    let _scheduler = Process::start(&args, &[]);
+    let bind = format!("127.0.0.1:{}", free_port());
+    let work = tempfile::tempdir().unwrap().keep();
+    let mut args = vec![
+        "executor",
+        "--scheduler",
+        &address,
+        "--bind",
+        &bind,
+        "--work-dir",
+        work.to_str().unwrap(),
+        "--concurrent-tasks",
+        "1",
+        "--secret-file",
+        secret_arg,
+    ];
+    args.extend(tls);
+    // Its executor registers over TLS.
+    let member = Process::start(&args, &[]);
+    member
+        .wait_for("poll work loop", Duration::from_secs(60))
+        .await;
+
+    // A certificate without its key starts nothing.
+    let mut half = Process::start(
+        &[
+            "scheduler",
+            "--secret-file",
+            secret_arg,
+            "--tls-cert",
+            &cert,
+        ],
+        &[],
+    );
+    let (status, stderr) = half.ended(Duration::from_secs(30)).await;
+    assert!(
+        !status.success() && stderr.contains("needs its key"),
+        "{stderr}"
+    );
+
+    // A plain executor with the right secret cannot join.
+    let mut plain = executor(&address, Some(&secret), &[]).1;
+    let (status, stderr) = plain.ended(Duration::from_secs(90)).await;
+    assert!(!status.success() && stderr.contains("TLS"), "{stderr}");
+
+    // A plain gRPC caller gets no answer at all.
+    if let Ok(mut raw) = SchedulerGrpcClient::connect(format!("http://{address}")).await {
+        let asked = raw
+            .get_job_status(GetJobStatusParams {
+                job_id: "x".to_string(),
+            })
+            .await
+            .unwrap_err();
+        assert_ne!(asked.code(), tonic::Code::Unauthenticated, "{asked}");
+    }
+
+    // A client with the secret but without the authority runs nothing;
+    // with it, the download runs there.
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    target(&ctx).await;
+    let url = format!("df://{address}");
+    set_cluster(&ctx, &url, Some(&secret)).await;
+    let outcome = download_outcome(&ctx).await;
+    assert!(
+        !outcome.starts_with("ready: ") && outcome.contains("TLS"),
+        "{outcome}"
+    );
+    run(&ctx, &format!("SET icestage.cluster_tls_ca_file = '{ca}'"))
+        .await
+        .unwrap();
+    let outcome = download_outcome(&ctx).await;
+    assert!(
+        outcome.starts_with("ready: ") && outcome.ends_with(&format!("(ran on {url})")),
+        "{outcome}"
+    );
+    assert!(member.stderr().contains("Done with task"));
+}

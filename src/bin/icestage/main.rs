@@ -81,6 +81,8 @@ enum Subcommand {
         /// ICESTAGE_CLUSTER_SECRET_FILE names): callers without it are refused.
         #[arg(long)]
         secret_file: Option<PathBuf>,
+        #[command(flatten)]
+        tls: TlsFiles,
     },
     /// Run a Ballista executor with icestage's codecs (needs the `cluster`
     /// feature). Scheduler, executors and clients must be the same icestage
@@ -103,7 +105,29 @@ enum Subcommand {
         /// ICESTAGE_CLUSTER_SECRET_FILE names), the scheduler's.
         #[arg(long)]
         secret_file: Option<PathBuf>,
+        #[command(flatten)]
+        tls: TlsFiles,
     },
+}
+
+/// A cluster process's TLS (PEM files): with a certificate and its key it
+/// serves only TLS and opens only TLS connections.
+#[cfg(feature = "cluster")]
+#[derive(Debug, clap::Args)]
+struct TlsFiles {
+    /// This process's certificate (else the file
+    /// ICESTAGE_CLUSTER_TLS_CERT_FILE names); it must name the address
+    /// peers reach the process at (an IP address in its subject
+    /// alternative names when they use one).
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (else ICESTAGE_CLUSTER_TLS_KEY_FILE).
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// The authority every cluster certificate chains to (else
+    /// ICESTAGE_CLUSTER_TLS_CA_FILE; without one, the certificate itself).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
 }
 
 /// How results are printed.
@@ -186,15 +210,22 @@ async fn main_async() -> ExitCode {
 fn cluster_secret(
     role: &str,
     file: Option<&std::path::Path>,
+    tls: &TlsFiles,
 ) -> icestage::Result<icestage::processes::ClusterSecret> {
-    icestage::processes::ClusterSecret::from_file_or_env(file)?.ok_or_else(|| {
+    let secret = icestage::processes::ClusterSecret::from_file_or_env(file)?.ok_or_else(|| {
         icestage::Error::Config(format!(
             "icestage {role} needs the cluster's secret, shared by the scheduler, every executor \
              and every client: --secret-file PATH or {}=PATH (make one with `head -c 32 \
              /dev/urandom | base64 > cluster.secret`)",
             icestage::processes::SECRET_FILE_VARIABLE
         ))
-    })
+    })?;
+    let tls = icestage::processes::ClusterTls::from_files_or_env(
+        tls.tls_cert.as_deref(),
+        tls.tls_key.as_deref(),
+        tls.tls_ca.as_deref(),
+    )?;
+    Ok(secret.with_tls(tls))
 }
 
 async fn run(args: Args) -> icestage::Result<ExitCode> {
@@ -204,8 +235,12 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         #[cfg(feature = "cluster")]
-        Some(Subcommand::Scheduler { bind, secret_file }) => {
-            let secret = cluster_secret("scheduler", secret_file.as_deref())?;
+        Some(Subcommand::Scheduler {
+            bind,
+            secret_file,
+            tls,
+        }) => {
+            let secret = cluster_secret("scheduler", secret_file.as_deref(), tls)?;
             log_tasks();
             eprintln!("icestage scheduler listening on {bind}");
             icestage::processes::run_scheduler(*bind, secret).await?;
@@ -218,8 +253,9 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
             work_dir,
             concurrent_tasks,
             secret_file,
+            tls,
         }) => {
-            let secret = cluster_secret("executor", secret_file.as_deref())?;
+            let secret = cluster_secret("executor", secret_file.as_deref(), tls)?;
             log_tasks();
             eprintln!("icestage executor on {bind}, scheduler {scheduler}");
             icestage::processes::run_executor(icestage::processes::ExecutorOptions {
