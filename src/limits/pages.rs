@@ -41,12 +41,25 @@ pub(crate) struct Chunks {
 }
 
 impl Chunks {
-    /// The chunks `metadata` places in a file of `size` bytes (`None`:
-    /// unknown). A chunk at a negative offset or past the end is refused
-    /// (the reader would assert on it).
-    pub(crate) fn of(metadata: &ParquetMetaData, size: Option<u64>) -> Result<Self, String> {
+    /// The chunks of row groups `groups` (`None`: all) that `metadata`
+    /// places in a file of `size` bytes (`None`: unknown). A chunk at a
+    /// negative offset or past the end is refused (the reader would assert
+    /// on it).
+    pub(crate) fn of(
+        metadata: &ParquetMetaData,
+        groups: Option<&[usize]>,
+        size: Option<u64>,
+    ) -> Result<Self, String> {
         let mut chunks = Self::default();
-        for group in metadata.row_groups() {
+        let all: Vec<usize>;
+        let groups = match groups {
+            Some(groups) => groups,
+            None => {
+                all = (0..metadata.num_row_groups()).collect();
+                &all
+            }
+        };
+        for group in groups.iter().filter_map(|g| metadata.row_groups().get(*g)) {
             for column in group.columns() {
                 let name = column.column_path().string();
                 let start = column
@@ -172,7 +185,7 @@ impl<R: AsyncFileReader> AsyncFileReader for PageGuard<R> {
         async move {
             let metadata = self.inner.get_metadata(options).await?;
             if self.chunks.get().is_none() {
-                let chunks = Chunks::of(&metadata, None)
+                let chunks = Chunks::of(&metadata, None, None)
                     .map_err(|why| ParquetError::General(format!("'{}': {why}", self.path)))?;
                 let _ = self.chunks.set(chunks);
             }

@@ -374,10 +374,72 @@ async fn plan_datafusion(
                     return plan_alter_table(state, icestage, alter, &reference);
                 }
             }
+            SqlStatement::Insert(insert) => null_into_not_null(state, insert).await?,
             _ => {}
         }
     }
     Ok(state.statement_to_plan(statement).await?)
+}
+
+/// Refuses `INSERT ... VALUES` that gives a NOT NULL column a literal
+/// NULL, naming the column: DataFusion would name it after its place in
+/// the VALUES list (`column3`). NULLs computed by an expression are still
+/// refused when the rows are written.
+async fn null_into_not_null(
+    state: &SessionState,
+    insert: &datafusion::sql::sqlparser::ast::Insert,
+) -> Result<()> {
+    use datafusion::sql::sqlparser::ast::{Expr, SetExpr, TableObject, Value};
+
+    let (TableObject::TableName(name), Some(source)) = (&insert.table, &insert.source) else {
+        return Ok(());
+    };
+    let SetExpr::Values(values) = source.body.as_ref() else {
+        return Ok(());
+    };
+    let reference = table_reference(state, name.clone())?;
+    // A table that does not resolve is DataFusion's to report.
+    let Ok(schema) = state.schema_for_ref(reference.clone()) else {
+        return Ok(());
+    };
+    let Ok(Some(table)) = schema.table(reference.table()).await else {
+        return Ok(());
+    };
+    let schema = table.schema();
+    let targets: Vec<_> = if insert.columns.is_empty() {
+        schema.fields().iter().cloned().collect()
+    } else {
+        let normalize = state
+            .config()
+            .options()
+            .sql_parser
+            .enable_ident_normalization;
+        insert
+            .columns
+            .iter()
+            .map(|column| {
+                let name = match column.quote_style {
+                    None if normalize => column.value.to_lowercase(),
+                    _ => column.value.clone(),
+                };
+                schema.field_with_name(&name).ok().cloned().map(Arc::new)
+            })
+            .collect::<Option<_>>()
+            .unwrap_or_default()
+    };
+    for (number, row) in values.rows.iter().enumerate() {
+        for (value, field) in row.iter().zip(&targets) {
+            if matches!(value, Expr::Value(v) if v.value == Value::Null) && !field.is_nullable() {
+                return Err(Error::invalid(format!(
+                    "column '{}' of {reference} is NOT NULL, but row {} of the VALUES gives it \
+                     NULL: give it a value in every row",
+                    field.name(),
+                    number + 1
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `ALTER TABLE` on an Iceberg catalog: adding and dropping the rules that

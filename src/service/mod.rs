@@ -647,8 +647,10 @@ fn caller_name(state: &AppState, headers: &axum::http::HeaderMap) -> String {
         .map_or_else(|| "unknown token".to_string(), |t| t.name)
 }
 
-/// Resolves on Ctrl-C (SIGINT) or SIGTERM, whichever comes first.
-async fn shutdown_signal() {
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM, whichever comes first: when a
+/// long-running process (`serve`, a cluster's scheduler and executors)
+/// stops.
+pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

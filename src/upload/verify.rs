@@ -733,8 +733,10 @@ pub(super) async fn read_chunk(
 ) -> Result<Read> {
     let input = io.new_input(&path)?;
     let meta = input.metadata().await?;
-    let chunks =
-        Chunks::of(footer.metadata(), Some(meta.size)).map_err(|e| unreadable(&path, e))?;
+    // Only the chunks of the groups read: a footer of many row groups
+    // costs each read its own groups, not all of them.
+    let chunks = Chunks::of(footer.metadata(), Some(&groups), Some(meta.size))
+        .map_err(|e| unreadable(&path, e))?;
     let reader = PageGuard::new(
         ArrowFileReader::new(meta, input.reader().await?),
         &path,

@@ -318,6 +318,12 @@ impl Process {
         }
     }
 
+    /// Waits for the process to fail by itself, saying `needle`.
+    async fn fails_saying(&mut self, needle: &str, timeout: Duration) {
+        let (status, stderr) = self.ended(timeout).await;
+        assert!(!status.success() && stderr.contains(needle), "{stderr}");
+    }
+
     async fn wait_for(&self, needle: &str, timeout: Duration) {
         let start = Instant::now();
         while !self.stderr().contains(needle) {
@@ -355,22 +361,36 @@ fn secret_file(text: &str) -> PathBuf {
 
 /// A scheduler process on a free port, started with `secret`.
 fn scheduler(secret: &Path) -> (String, Process) {
+    scheduler_with(secret, &[])
+}
+
+/// [`scheduler`] with `extra` arguments.
+fn scheduler_with(secret: &Path, extra: &[&str]) -> (String, Process) {
     let address = format!("127.0.0.1:{}", free_port());
-    let process = Process::start(
-        &[
-            "scheduler",
-            "--bind",
-            &address,
-            "--secret-file",
-            secret.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let mut args = vec![
+        "scheduler",
+        "--bind",
+        &address,
+        "--secret-file",
+        secret.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let process = Process::start(&args, &[]);
     (address, process)
 }
 
 /// An executor process of the scheduler at `scheduler` (one task at a time).
 fn executor(scheduler: &str, secret: Option<&Path>, env: &[(&str, &str)]) -> (String, Process) {
+    executor_with(scheduler, secret, &[], env)
+}
+
+/// [`executor`] with `extra` arguments.
+fn executor_with(
+    scheduler: &str,
+    secret: Option<&Path>,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (String, Process) {
     let bind = format!("127.0.0.1:{}", free_port());
     let work = tempfile::tempdir().unwrap().keep();
     let mut args = vec![
@@ -387,6 +407,7 @@ fn executor(scheduler: &str, secret: Option<&Path>, env: &[(&str, &str)]) -> (St
     if let Some(secret) = secret {
         args.extend(["--secret-file", secret.to_str().unwrap()]);
     }
+    args.extend(extra);
     let process = Process::start(&args, env);
     (bind, process)
 }
@@ -547,21 +568,15 @@ async fn peers_without_the_secret() {
     // No secret, no scheduler and no executor.
     let bind = format!("127.0.0.1:{}", free_port());
     let mut bare = Process::start(&["scheduler", "--bind", &bind], &unset);
-    let (status, stderr) = bare.ended(Duration::from_secs(30)).await;
-    assert!(
-        !status.success() && stderr.contains("--secret-file"),
-        "{stderr}"
-    );
+    bare.fails_saying("--secret-file", Duration::from_secs(30))
+        .await;
 
     let secret = secret_file("the-cluster-s-own-secret\n");
     let wrong = secret_file("somebody-else-s-secret");
     let (address, _scheduler) = scheduler(&secret);
     let mut bare = executor(&address, None, &unset).1;
-    let (status, stderr) = bare.ended(Duration::from_secs(30)).await;
-    assert!(
-        !status.success() && stderr.contains("--secret-file"),
-        "{stderr}"
-    );
+    bare.fails_saying("--secret-file", Duration::from_secs(30))
+        .await;
 
     // An executor with another secret cannot register: it is refused and stops.
     let mut impostor = executor(&address, Some(&wrong), &[]).1;
@@ -690,28 +705,9 @@ async fn tls_cluster() {
     let tls = ["--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca];
     let secret = secret_file("a-secret-the-cluster-shares");
     let secret_arg = secret.to_str().unwrap();
-    let address = format!("127.0.0.1:{}", free_port());
-    let mut args = vec!["scheduler", "--bind", &address, "--secret-file", secret_arg];
-    args.extend(tls);
-    let _scheduler = Process::start(&args, &[]);
-    let bind = format!("127.0.0.1:{}", free_port());
-    let work = tempfile::tempdir().unwrap().keep();
-    let mut args = vec![
-        "executor",
-        "--scheduler",
-        &address,
-        "--bind",
-        &bind,
-        "--work-dir",
-        work.to_str().unwrap(),
-        "--concurrent-tasks",
-        "1",
-        "--secret-file",
-        secret_arg,
-    ];
-    args.extend(tls);
+    let (address, _scheduler) = scheduler_with(&secret, &tls);
     // Its executor registers over TLS.
-    let member = Process::start(&args, &[]);
+    let (_, member) = executor_with(&address, Some(&secret), &tls, &[]);
     member
         .wait_for("poll work loop", Duration::from_secs(60))
         .await;
@@ -727,16 +723,12 @@ async fn tls_cluster() {
         ],
         &[],
     );
-    let (status, stderr) = half.ended(Duration::from_secs(30)).await;
-    assert!(
-        !status.success() && stderr.contains("needs its key"),
-        "{stderr}"
-    );
+    half.fails_saying("needs its key", Duration::from_secs(30))
+        .await;
 
     // A plain executor with the right secret cannot join.
     let mut plain = executor(&address, Some(&secret), &[]).1;
-    let (status, stderr) = plain.ended(Duration::from_secs(90)).await;
-    assert!(!status.success() && stderr.contains("TLS"), "{stderr}");
+    plain.fails_saying("TLS", Duration::from_secs(90)).await;
 
     // A plain gRPC caller gets no answer at all.
     if let Ok(mut raw) = SchedulerGrpcClient::connect(format!("http://{address}")).await {
@@ -770,4 +762,37 @@ async fn tls_cluster() {
         "{outcome}"
     );
     assert!(member.stderr().contains("Done with task"));
+}
+
+#[test]
+fn cluster_processes_stop_on_sigterm_even_when_their_scheduler_is_gone() {
+    on_cluster_stack(stopped_by_sigterm());
+}
+
+async fn stopped_by_sigterm() {
+    let terminate = |process: &Process| {
+        // SAFETY: sends a signal to a child this test started.
+        let sent = unsafe { libc::kill(process.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(sent, 0);
+    };
+    let secret = secret_file("a-secret-the-cluster-shares");
+    let (address, mut scheduler_process) = scheduler(&secret);
+    let (_, mut member) = executor(&address, Some(&secret), &[]);
+    member
+        .wait_for("poll work loop", Duration::from_secs(60))
+        .await;
+    // The scheduler ends on SIGTERM; its executor, left polling nothing,
+    // does too.
+    terminate(&scheduler_process);
+    let (status, stderr) = scheduler_process.ended(Duration::from_secs(10)).await;
+    assert!(status.success() && stderr.contains("stopping"), "{stderr}");
+    member
+        .wait_for("poll work loop failed", Duration::from_secs(30))
+        .await;
+    terminate(&member);
+    let (status, stderr) = member.ended(Duration::from_secs(10)).await;
+    assert!(
+        status.success() && stderr.contains("icestage executor stopping"),
+        "{stderr}"
+    );
 }

@@ -228,6 +228,24 @@ fn cluster_secret(
     Ok(secret.with_tls(tls))
 }
 
+/// Runs a cluster process (`role`) until it ends or SIGTERM or Ctrl-C
+/// comes; then the process ends at once. Ballista's loops neither stop on a
+/// signal nor end when their scheduler is gone (an executor keeps polling
+/// it), so nothing waits for them.
+#[cfg(feature = "cluster")]
+async fn until_stopped(
+    role: &str,
+    process: impl std::future::Future<Output = icestage::Result<()>>,
+) -> icestage::Result<()> {
+    tokio::select! {
+        ended = process => ended,
+        () = icestage::service::shutdown_signal() => {
+            eprintln!("icestage {role} stopping: asked to");
+            std::process::exit(0)
+        }
+    }
+}
+
 async fn run(args: Args) -> icestage::Result<ExitCode> {
     match &args.command {
         Some(Subcommand::Serve { config }) => {
@@ -243,7 +261,11 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
             let secret = cluster_secret("scheduler", secret_file.as_deref(), tls)?;
             log_tasks();
             eprintln!("icestage scheduler listening on {bind}");
-            icestage::processes::run_scheduler(*bind, secret).await?;
+            until_stopped(
+                "scheduler",
+                icestage::processes::run_scheduler(*bind, secret),
+            )
+            .await?;
             return Ok(ExitCode::SUCCESS);
         }
         #[cfg(feature = "cluster")]
@@ -258,14 +280,14 @@ async fn run(args: Args) -> icestage::Result<ExitCode> {
             let secret = cluster_secret("executor", secret_file.as_deref(), tls)?;
             log_tasks();
             eprintln!("icestage executor on {bind}, scheduler {scheduler}");
-            icestage::processes::run_executor(icestage::processes::ExecutorOptions {
+            let options = icestage::processes::ExecutorOptions {
                 scheduler: scheduler.clone(),
                 bind: *bind,
                 work_dir: work_dir.as_ref().map(|d| d.display().to_string()),
                 concurrent_tasks: *concurrent_tasks,
                 secret,
-            })
-            .await?;
+            };
+            until_stopped("executor", icestage::processes::run_executor(options)).await?;
             return Ok(ExitCode::SUCCESS);
         }
         None => {}
