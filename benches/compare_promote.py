@@ -126,7 +126,7 @@ def one_size(binary, rows, repeat):
         icestage(binary, warehouse, f"CREATE TABLE payments.transactions_ref {TARGET_COLUMNS}")
 
         upload = icestage(binary, warehouse, "CREATE UPLOAD FOR payments.transactions")[0]
-        props = json.loads(upload["connection"])
+        props = upload["connection"]
         catalog = load_catalog(dict(props)["name"], **{k: v for k, v in props.items() if k != "name"})
         fill(catalog.load_table(upload["staging_table"]), rows)
 

@@ -53,7 +53,7 @@ pub use pipe::{
     CreatePipe, PIPE_TABLE_PREFIX, PipeName, PipeOptions, PipeRunRecord, PipeState, PipeStatus,
 };
 pub use progress::{Progress, ProgressSink};
-pub use rows::ResultRow;
+pub use rows::{ResultRow, has_json_columns, json_rows};
 pub use secret::Secret;
 pub use session::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
 pub use tables::maintain::ManifestsRewritten;

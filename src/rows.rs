@@ -159,6 +159,71 @@ pub(crate) fn batch(schema: SchemaRef, rows: &[Vec<Value>]) -> Result<RecordBatc
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
+/// The Arrow extension a text column holding a JSON document carries (a
+/// field declared `=> json` in [`result_row!`]): printers and the HTTP API
+/// write its values as JSON, not as strings of JSON.
+const JSON_EXTENSION: (&str, &str) = ("ARROW:extension:name", "arrow.json");
+
+/// The field metadata of a result column of kind `kind` (`json` or none).
+pub(crate) fn kind_metadata(kind: &str) -> std::collections::HashMap<String, String> {
+    match kind {
+        "json" => [(JSON_EXTENSION.0.to_string(), JSON_EXTENSION.1.to_string())].into(),
+        _ => Default::default(),
+    }
+}
+
+/// Whether `field` holds JSON documents as text.
+fn is_json(field: &datafusion::arrow::datatypes::Field) -> bool {
+    field.metadata().get(JSON_EXTENSION.0).map(String::as_str) == Some(JSON_EXTENSION.1)
+}
+
+/// Whether a column of `schema` holds JSON documents as text.
+pub fn has_json_columns(schema: &datafusion::arrow::datatypes::Schema) -> bool {
+    schema.fields().iter().any(|f| is_json(f))
+}
+
+/// `batches` as JSON objects, one per row, with the columns SQL shows; a
+/// JSON column's values are the documents they hold, not strings of them.
+pub fn json_rows(
+    batches: &[RecordBatch],
+) -> Result<Vec<serde_json::Map<String, serde_json::Value>>> {
+    let Some(first) = batches.first() else {
+        return Ok(vec![]);
+    };
+    let json: Vec<String> = first
+        .schema()
+        .fields()
+        .iter()
+        .filter(|f| is_json(f))
+        .map(|f| f.name().clone())
+        .collect();
+    let mut writer = datafusion::arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, datafusion::arrow::json::writer::JsonArray>(Vec::new());
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    writer.finish()?;
+    let text = writer.into_inner();
+    if text.is_empty() {
+        return Ok(vec![]);
+    }
+    let mut rows: Vec<serde_json::Map<String, serde_json::Value>> =
+        serde_json::from_slice(&text)
+            .map_err(|e| Error::invalid(format!("internal: result rows as JSON: {e}")))?;
+    for row in &mut rows {
+        for name in &json {
+            if let Some(value) = row.get_mut(name)
+                && let serde_json::Value::String(text) = value
+                && let Ok(document) = serde_json::from_str(text)
+            {
+                *value = document;
+            }
+        }
+    }
+    Ok(rows)
+}
+
 /// The timestamp type of icestage's result columns.
 pub(crate) fn timestamp_type() -> DataType {
     DataType::Timestamp(
@@ -275,7 +340,7 @@ macro_rules! result_row {
     (
         $(#[$meta:meta])*
         pub struct $name:ident {
-            $( $(#[$field_meta:meta])* pub $field:ident : $ty:ty, )*
+            $( $(#[$field_meta:meta])* pub $field:ident : $ty:ty $(=> $kind:ident)?, )*
         }
     ) => {
         $(#[$meta])*
@@ -290,7 +355,7 @@ macro_rules! result_row {
                         stringify!($field),
                         <$ty as $crate::rows::Column>::data_type(),
                         <$ty as $crate::rows::Column>::nullable(),
-                    ), )*
+                    ).with_metadata($crate::rows::kind_metadata(stringify!($($kind)?))), )*
                 ]))
             }
 

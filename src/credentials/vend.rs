@@ -352,7 +352,7 @@ result_row! {
         pub region: String,
         /// A JSON object of catalog connection properties for a client,
         /// credentials included.
-        pub connection: String,
+        pub connection: String => json,
         /// The same connection as an icestage catalog configuration (TOML).
         pub catalog_config: String,
     }

@@ -76,7 +76,7 @@ result_row! {
         /// The catalog of the download table.
         pub catalog: String,
         /// A JSON object of catalog connection properties for a client.
-        pub connection: String,
+        pub connection: String => json,
         /// Where the query runs: `local`, or the cluster's URL.
         pub ran_on: String,
     }

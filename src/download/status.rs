@@ -53,7 +53,7 @@ result_row! {
         /// The table a client reads, `downloads.download_<id>`.
         pub download_table: String,
         /// A JSON object: each source table and the snapshot read.
-        pub sources: String,
+        pub sources: String => json,
         /// When it was created.
         pub created_at: Option<DateTime<Utc>>,
         /// When `EXPIRE STAGING` may remove it.

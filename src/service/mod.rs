@@ -744,25 +744,7 @@ async fn run_pipes(state: AppState) {
 }
 
 /// Outcomes as the API answers them: JSON objects with the columns SQL
-/// shows; string columns holding JSON objects (`connection`) become objects.
+/// shows; JSON columns (`connection`) as the objects they hold.
 pub(crate) fn json_of<T: ResultRow>(rows: &[T]) -> Result<Vec<serde_json::Map<String, Json>>> {
-    let batch = T::to_batch(rows)?;
-    let mut writer = datafusion::arrow::json::WriterBuilder::new()
-        .with_explicit_nulls(true)
-        .build::<_, datafusion::arrow::json::writer::JsonArray>(Vec::new());
-    writer.write(&batch)?;
-    writer.finish()?;
-    let mut rows: Vec<serde_json::Map<String, Json>> = serde_json::from_slice(&writer.into_inner())
-        .map_err(|e| Error::invalid(format!("internal: result rows as JSON: {e}")))?;
-    for row in &mut rows {
-        for (_, value) in row.iter_mut() {
-            if let Json::String(text) = value
-                && text.starts_with('{')
-                && let Ok(object @ Json::Object(_)) = serde_json::from_str::<Json>(text)
-            {
-                *value = object;
-            }
-        }
-    }
-    Ok(rows)
+    crate::rows::json_rows(&[T::to_batch(rows)?])
 }

@@ -49,7 +49,7 @@ result_row! {
         /// The catalog of both tables.
         pub catalog: String,
         /// A JSON object of catalog connection properties for a client.
-        pub connection: String,
+        pub connection: String => json,
     }
 }
 

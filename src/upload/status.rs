@@ -88,7 +88,7 @@ result_row! {
         /// The row's position in that file, when known.
         pub position: Option<i64>,
         /// The offending values, as a JSON object.
-        pub values: String,
+        pub values: String => json,
         /// What is wrong, in words.
         pub message: String,
     }

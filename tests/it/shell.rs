@@ -203,6 +203,24 @@ fn output_formats() {
         mask(&stdout(&verbose)),
         "n,s\n1,a\n1 row(s) fetched. \nElapsed <t> seconds.\n\n"
     );
+    // A JSON column (an upload's connection) is written as the object it
+    // holds, in both JSON formats, with the summary line after it.
+    let setup = ["-c", "CREATE SCHEMA ns", "-c", "CREATE TABLE ns.t (a INT)"];
+    run(icestage(&warehouse).args(setup));
+    for (format, quiet) in [("json", true), ("ndjson", true), ("json", false)] {
+        let mut command = icestage(&warehouse);
+        if quiet {
+            command.arg("-q");
+        }
+        let output = run(command.args(["--format", format, "-c", "CREATE UPLOAD FOR ns.t"]));
+        let text = stdout(&output);
+        let first = text.lines().next().unwrap_or_default();
+        let value: serde_json::Value = serde_json::from_str(first).unwrap();
+        let row = if format == "json" { &value[0] } else { &value };
+        assert_eq!(row["connection"]["type"], "sql", "{text}");
+        assert_eq!(row["target_table"], "ns.t", "{text}");
+        assert_eq!(text.contains("1 row(s) fetched"), !quiet, "{text}");
+    }
 }
 
 #[test]

@@ -125,6 +125,37 @@ impl Shell {
         };
         let rows = batches.iter().map(|b| b.num_rows()).sum();
         let options = self.ctx.state().config().options().format.clone();
+        let json_lines = match self.print.format {
+            PrintFormat::Json => Some(false),
+            PrintFormat::NdJson => Some(true),
+            _ => None,
+        };
+        // A JSON column (`connection`) is written as the document it holds,
+        // not as a string of JSON; DataFusion's printer then adds only its
+        // summary line.
+        if let Some(lines) = json_lines
+            && icestage::has_json_columns(&schema)
+            && rows > 0
+        {
+            let objects = icestage::json_rows(batches).map_err(|e| e.user_message())?;
+            let text = if lines {
+                objects
+                    .iter()
+                    .map(|o| serde_json::Value::Object(o.clone()).to_string() + "\n")
+                    .collect::<String>()
+            } else {
+                serde_json::Value::Array(
+                    objects.into_iter().map(serde_json::Value::Object).collect(),
+                )
+                .to_string()
+                    + "\n"
+            };
+            print!("{text}");
+            return self
+                .print
+                .print_batches(schema, &[], started, rows, &options)
+                .map_err(|e| icestage::error_message(&e));
+        }
         self.print
             .print_batches(schema, batches, started, rows, &options)
             .map_err(|e| icestage::error_message(&e))
