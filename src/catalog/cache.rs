@@ -137,10 +137,9 @@ impl KeptTables {
             {
                 return Ok(kept);
             }
-            if let Some((loaded, sound)) = self.parse(table, location).await? {
-                self.kept().put(table.clone(), (loaded.clone(), sound));
-                return Ok(loaded);
-            }
+            let (loaded, sound) = self.parse(table, location).await?;
+            self.kept().put(table.clone(), (loaded.clone(), sound));
+            return Ok(loaded);
         }
         let loaded = inner.load_table(table).await?;
         // Parsed from a file: not vouched for until checked.
@@ -156,7 +155,7 @@ impl KeptTables {
     /// ([`super::pointer::rewritten_bytes`]: the same bytes, not a second
     /// read). A gzip-compressed file is inflated within
     /// [`crate::limits::ReadLimits::metadata_inflated_bytes`].
-    async fn parse(&self, table: &TableIdent, location: String) -> Result<Option<(Table, bool)>> {
+    async fn parse(&self, table: &TableIdent, location: String) -> Result<(Table, bool)> {
         let bytes = match super::confine::read_bounded(&self.io, &location).await {
             Ok(Ok(bytes)) => bytes,
             Ok(Err((size, bound))) => {
@@ -191,7 +190,7 @@ impl KeptTables {
             .metadata_location(location)
             .runtime(iceberg::Runtime::current())
             .build()?;
-        Ok(Some((loaded, sound)))
+        Ok((loaded, sound))
     }
 
     /// Keeps `table` as a commit of this process left it: the next load

@@ -75,7 +75,6 @@ impl std::fmt::Debug for ClusterSecret {
 impl ClusterSecret {
     /// The secret in `path` (surrounding white space ignored).
     pub fn from_file(path: &Path) -> Result<Self> {
-        use std::io::Read;
         let named = || format!("cluster secret file '{}'", path.display());
         let file = std::fs::File::open(path).map_err(|e| {
             Error::Config(format!(
@@ -84,16 +83,15 @@ impl ClusterSecret {
                 named()
             ))
         })?;
-        let mut text = Vec::new();
-        file.take(LONGEST + 1)
-            .read_to_end(&mut text)
-            .map_err(|e| Error::Config(format!("cannot read the {}: {e}", named())))?;
-        if text.len() as u64 > LONGEST {
-            return Err(Error::Config(format!(
-                "the {} is longer than {LONGEST} bytes: it should hold one secret ({HOW_TO_MAKE})",
-                named()
-            )));
-        }
+        let text = read_up_to(file, LONGEST)
+            .map_err(|e| Error::Config(format!("cannot read the {}: {e}", named())))?
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "the {} is longer than {LONGEST} bytes: it should hold one secret \
+                     ({HOW_TO_MAKE})",
+                    named()
+                ))
+            })?;
         let secret = text.trim_ascii();
         if secret.len() < SHORTEST {
             return Err(Error::Config(format!(
@@ -108,13 +106,9 @@ impl ClusterSecret {
     /// The secret of the file `path` names, or else of the file the
     /// environment names ([`SECRET_FILE_VARIABLE`]); `None` when neither does.
     pub fn from_file_or_env(path: Option<&Path>) -> Result<Option<Self>> {
-        let path = match path {
-            Some(path) => Some(path.to_path_buf()),
-            None => std::env::var_os(SECRET_FILE_VARIABLE)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
-        };
-        path.map(|p| Self::from_file(&p)).transpose()
+        given_or_env(path, SECRET_FILE_VARIABLE)
+            .map(|p| Self::from_file(&p))
+            .transpose()
     }
 
     /// A fresh secret that only this process knows (an in-process cluster's).
@@ -229,16 +223,9 @@ impl ClusterTls {
         key: Option<&Path>,
         ca: Option<&Path>,
     ) -> Result<Option<Self>> {
-        let pick = |given: Option<&Path>, variable: &str| {
-            given.map(Path::to_path_buf).or_else(|| {
-                std::env::var_os(variable)
-                    .filter(|v| !v.is_empty())
-                    .map(PathBuf::from)
-            })
-        };
-        let cert = pick(cert, TLS_FILE_VARIABLES[0]);
-        let key = pick(key, TLS_FILE_VARIABLES[1]);
-        let ca = pick(ca, TLS_FILE_VARIABLES[2]);
+        let cert = given_or_env(cert, TLS_FILE_VARIABLES[0]);
+        let key = given_or_env(key, TLS_FILE_VARIABLES[1]);
+        let ca = given_or_env(ca, TLS_FILE_VARIABLES[2]);
         let identity = match (&cert, &key) {
             (Some(cert), Some(key)) => Some((
                 read_pem(cert, "certificate", "CERTIFICATE-----")?,
@@ -284,24 +271,39 @@ impl ClusterTls {
     }
 }
 
+/// `given`, or else the file the environment variable `variable` names
+/// (unset or empty: none).
+fn given_or_env(given: Option<&Path>, variable: &str) -> Option<PathBuf> {
+    given.map(Path::to_path_buf).or_else(|| {
+        std::env::var_os(variable)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+/// What `file` holds, when it is at most `longest` bytes (only one byte
+/// more is read to know).
+fn read_up_to(file: std::fs::File, longest: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut text = vec![];
+    file.take(longest + 1).read_to_end(&mut text)?;
+    Ok((text.len() as u64 <= longest).then_some(text))
+}
+
 /// The PEM file at `path` (a `what`), which must hold `marker`.
 fn read_pem(path: &Path, what: &str, marker: &str) -> Result<Vec<u8>> {
-    use std::io::Read;
     let named = || format!("the cluster's TLS {what} file '{}'", path.display());
-    let mut text = vec![];
-    std::fs::File::open(path)
-        .and_then(|file| file.take(LONGEST_PEM + 1).read_to_end(&mut text))
+    let text = std::fs::File::open(path)
+        .and_then(|file| read_up_to(file, LONGEST_PEM))
         .map_err(|e| Error::Config(format!("cannot read {}: {e}", named())))?;
-    if text.len() as u64 > LONGEST_PEM
-        || !text.windows(marker.len()).any(|w| w == marker.as_bytes())
-    {
-        return Err(Error::Config(format!(
+    match text {
+        Some(text) if text.windows(marker.len()).any(|w| w == marker.as_bytes()) => Ok(text),
+        _ => Err(Error::Config(format!(
             "{} is not a PEM {what} (no '-----BEGIN ...{marker}' block within {} bytes)",
             named(),
             LONGEST_PEM
-        )));
+        ))),
     }
-    Ok(text)
 }
 
 /// The secrets of this process's in-process clusters, by URL.

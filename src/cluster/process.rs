@@ -127,17 +127,15 @@ async fn serve_scheduler(
     let service = SchedulerGrpcServer::new(scheduler)
         .max_decoding_message_size(MESSAGE_BYTES)
         .max_encoding_message_size(MESSAGE_BYTES);
-    let mut server = create_grpc_server(&GrpcServerConfig::default());
-    if let Some(tls) = secret.serving_tls()? {
-        server = server
-            .tls_config(tls)
-            .map_err(|e| cluster_error("the scheduler's TLS certificate or key", e))?;
-    }
-    server
-        .add_service(InterceptedService::new(service, secret.interceptor()))
-        .serve_with_incoming(TcpListenerStream::new(listener))
-        .await
-        .map_err(|e| cluster_error(&format!("the scheduler on {bind} stopped"), e))
+    with_tls(
+        create_grpc_server(&GrpcServerConfig::default()),
+        secret.serving_tls()?,
+    )
+    .map_err(|e| cluster_error("the scheduler's TLS certificate or key", e))?
+    .add_service(InterceptedService::new(service, secret.interceptor()))
+    .serve_with_incoming(TcpListenerStream::new(listener))
+    .await
+    .map_err(|e| cluster_error(&format!("the scheduler on {bind} stopped"), e))
 }
 
 /// An executor's Arrow Flight service over `work_dir`, refusing callers
@@ -219,6 +217,17 @@ pub(crate) async fn admitted(
             Err(unreachable(&error_chain(&lost)))
         }
         _ => Ok(client),
+    }
+}
+
+/// `server`, serving TLS when `tls` says how.
+fn with_tls(
+    server: tonic::transport::Server,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+) -> std::result::Result<tonic::transport::Server, tonic::transport::Error> {
+    match tls {
+        Some(tls) => server.tls_config(tls),
+        None => Ok(server),
     }
 }
 
@@ -312,11 +321,8 @@ pub async fn run_executor(options: ExecutorOptions, jobs: Jobs) -> Result<()> {
                 let service = flight_service(work_dir, &flight_secret);
                 let tls = flight_tls.clone();
                 tokio::spawn(async move {
-                    let mut server = create_grpc_server(&grpc);
-                    if let Some(tls) = tls {
-                        server = server.tls_config(tls).map_err(BallistaError::TonicError)?;
-                    }
-                    server
+                    with_tls(create_grpc_server(&grpc), tls)
+                        .map_err(BallistaError::TonicError)?
                         .add_service(service)
                         .serve_with_shutdown(address, shutdown.recv())
                         .await

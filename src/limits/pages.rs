@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::FutureExt;
@@ -24,42 +24,30 @@ use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::basic::Compression;
 use parquet::errors::{ParquetError, Result as ParquetResult};
-use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 
 /// Nesting of Thrift structs and lists a page header may have (real ones
 /// have three: header, page header, statistics).
 const MAX_DEPTH: u8 = 16;
 
-/// The column chunks of one file: where each lies and how its pages are
-/// compressed (several codecs when a malformed footer places two chunks at
-/// one range: each is checked).
+/// The column chunks of one file, by (start, length): each one's column
+/// and how its pages are compressed (several codecs when a malformed footer
+/// places two chunks at one range: each is checked).
 #[derive(Debug, Default)]
 pub(crate) struct Chunks {
     by_range: HashMap<(u64, u64), (String, Vec<Compression>)>,
-    /// Every chunk's span, for refusing a read that starts inside one.
-    spans: Vec<Range<u64>>,
 }
 
 impl Chunks {
-    /// The chunks of row groups `groups` (`None`: all) that `metadata`
-    /// places in a file of `size` bytes (`None`: unknown). A chunk at a
-    /// negative offset or past the end is refused (the reader would assert
-    /// on it).
-    pub(crate) fn of(
-        metadata: &ParquetMetaData,
-        groups: Option<&[usize]>,
+    /// The chunks of row groups `groups` in a file of `size` bytes
+    /// (`None`: unknown). A chunk at a negative offset or past the end is
+    /// refused (the reader would assert on it).
+    pub(crate) fn of<'a>(
+        groups: impl IntoIterator<Item = &'a RowGroupMetaData>,
         size: Option<u64>,
     ) -> Result<Self, String> {
         let mut chunks = Self::default();
-        let all: Vec<usize>;
-        let groups = match groups {
-            Some(groups) => groups,
-            None => {
-                all = (0..metadata.num_row_groups()).collect();
-                &all
-            }
-        };
-        for group in groups.iter().filter_map(|g| metadata.row_groups().get(*g)) {
+        for group in groups {
             for column in group.columns() {
                 let name = column.column_path().string();
                 let start = column
@@ -84,7 +72,6 @@ impl Chunks {
                 if !entry.1.contains(&column.compression()) {
                     entry.1.push(column.compression());
                 }
-                chunks.spans.push(start..start + length);
             }
         }
         Ok(chunks)
@@ -101,9 +88,9 @@ impl Chunks {
             // chunk; a read that starts inside one would decode pages the
             // walk never saw.
             None if self
-                .spans
-                .iter()
-                .any(|span| span.start < range.end && range.start < span.end) =>
+                .by_range
+                .keys()
+                .any(|(start, length)| *start < range.end && range.start < start + length) =>
             {
                 Err(refuse(format!(
                     "a read of bytes {}..{} is not one whole column chunk (icestage reads staged \
@@ -120,8 +107,9 @@ impl Chunks {
 /// before the reader decodes them (see the module's documentation).
 pub(crate) struct PageGuard<R> {
     inner: R,
-    path: Arc<str>,
-    chunks: Arc<OnceLock<Chunks>>,
+    path: String,
+    /// Known from the start, or from the first metadata read.
+    chunks: Option<Chunks>,
     bound: u64,
 }
 
@@ -129,9 +117,10 @@ impl<R: AsyncFileReader> PageGuard<R> {
     /// Guards `inner`, the file at `path` (named in refusals), whose
     /// chunks are already known.
     pub(crate) fn new(inner: R, path: &str, chunks: Chunks) -> Self {
-        let guard = Self::unread(inner, path);
-        let _ = guard.chunks.set(chunks);
-        guard
+        Self {
+            chunks: Some(chunks),
+            ..Self::unread(inner, path)
+        }
     }
 
     /// Guards `inner`, whose chunks are learned from the metadata it reads
@@ -139,14 +128,14 @@ impl<R: AsyncFileReader> PageGuard<R> {
     pub(crate) fn unread(inner: R, path: &str) -> Self {
         Self {
             inner,
-            path: Arc::from(path),
-            chunks: Arc::new(OnceLock::new()),
+            path: path.to_string(),
+            chunks: None,
             bound: super::current().page_inflated_bytes,
         }
     }
 
     fn check(&self, range: &Range<u64>, bytes: &[u8]) -> ParquetResult<()> {
-        match self.chunks.get() {
+        match &self.chunks {
             Some(chunks) => chunks.check(&self.path, range, bytes, self.bound),
             // Before the metadata only the footer is read, from the end.
             None => Ok(()),
@@ -184,10 +173,10 @@ impl<R: AsyncFileReader> AsyncFileReader for PageGuard<R> {
     ) -> BoxFuture<'a, ParquetResult<Arc<ParquetMetaData>>> {
         async move {
             let metadata = self.inner.get_metadata(options).await?;
-            if self.chunks.get().is_none() {
-                let chunks = Chunks::of(&metadata, None, None)
+            if self.chunks.is_none() {
+                let chunks = Chunks::of(metadata.row_groups(), None)
                     .map_err(|why| ParquetError::General(format!("'{}': {why}", self.path)))?;
-                let _ = self.chunks.set(chunks);
+                self.chunks = Some(chunks);
             }
             Ok(metadata)
         }

@@ -735,8 +735,12 @@ pub(super) async fn read_chunk(
     let meta = input.metadata().await?;
     // Only the chunks of the groups read: a footer of many row groups
     // costs each read its own groups, not all of them.
-    let chunks = Chunks::of(footer.metadata(), Some(&groups), Some(meta.size))
-        .map_err(|e| unreadable(&path, e))?;
+    let row_groups = footer.metadata().row_groups();
+    let chunks = Chunks::of(
+        groups.iter().filter_map(|g| row_groups.get(*g)),
+        Some(meta.size),
+    )
+    .map_err(|e| unreadable(&path, e))?;
     let reader = PageGuard::new(
         ArrowFileReader::new(meta, input.reader().await?),
         &path,

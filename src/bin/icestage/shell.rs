@@ -138,19 +138,13 @@ impl Shell {
             && rows > 0
         {
             let objects = icestage::json_rows(batches).map_err(|e| e.user_message())?;
-            let text = if lines {
-                objects
-                    .iter()
-                    .map(|o| serde_json::Value::Object(o.clone()).to_string() + "\n")
-                    .collect::<String>()
+            if lines {
+                for object in objects {
+                    println!("{}", serde_json::Value::from(object));
+                }
             } else {
-                serde_json::Value::Array(
-                    objects.into_iter().map(serde_json::Value::Object).collect(),
-                )
-                .to_string()
-                    + "\n"
-            };
-            print!("{text}");
+                println!("{}", serde_json::Value::from(objects));
+            }
             return self
                 .print
                 .print_batches(schema, &[], started, rows, &options)
