@@ -14,6 +14,7 @@
 #
 #   ./scripts/conformance-pyiceberg.sh                 # the whole suite
 #   ./scripts/conformance-pyiceberg.sh -k namespace    # pytest arguments
+#   ICESTAGE_BIN=path/to/icestage ./scripts/conformance-pyiceberg.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cargo-env.sh
@@ -35,10 +36,10 @@ fi
 suite="$cache/pyiceberg-$version"
 if [ ! -d "$suite/tests/integration" ]; then
     tar xzf "$sdist" -C "$cache"
-    # The tests only: the suite imports the installed PyIceberg (with its
-    # compiled Avro decoder), not these sources.
-    rm -rf "$suite/pyiceberg"
 fi
+# The tests only: the suite imports the installed PyIceberg (with its
+# compiled Avro decoder), not these sources.
+rm -rf "$suite/pyiceberg"
 
 venv="$cache/venv"
 if [ ! -x "$venv/bin/python" ]; then
@@ -54,10 +55,18 @@ pip() {
 }
 pip "pyiceberg[pyarrow,pandas,sql-sqlite,s3fs,hive,pyiceberg-core]==$version"
 pip pytest==9.1.1 pytest-lazy-fixtures==1.4.1 pytest-mock==3.15.1 requests-mock==1.12.1 \
-    fastavro==1.12.2 "moto[server]==5.2.5" pyspark==4.0.1 pytz duckdb==1.4.4
+    fastavro==1.12.2 "moto[server]==5.2.5" pyspark==4.0.1 pytz duckdb==1.4.4 \
+    duckdb-ext-iceberg==1.4.4.20260205 duckdb-ext-avro==1.4.4.20260205 \
+    duckdb-ext-httpfs==1.4.4.20260205
 
-echo "==> cargo build --release --bin icestage"
-cargo build --release --locked --bin icestage
+# ICESTAGE_BIN names a binary already built (the test script passes its
+# debug build); otherwise the release build is made here.
+binary="${ICESTAGE_BIN:-}"
+if [ -z "$binary" ]; then
+    echo "==> cargo build --release --bin icestage"
+    cargo build --release --locked --bin icestage
+    binary="$CARGO_TARGET_DIR/release/icestage"
+fi
 
 work=$(mktemp -d)
 cleanup() {
@@ -91,7 +100,7 @@ name = "local"
 type = "sql"
 [catalogs.config]
 uri = "sqlite:$work/catalog.db?mode=rwc"
-warehouse = "s3://warehouse/wh"
+warehouse = "s3://warehouse"
 region = "us-east-1"
 "s3.endpoint" = "http://127.0.0.1:9000"
 access_key_id = "admin"
@@ -108,7 +117,7 @@ token = "$token"
 tables = ["*"]
 operations = ["catalog"]
 TOML
-ICESTAGE_LOG=warn "$CARGO_TARGET_DIR/release/icestage" serve --config "$work/serve.toml" > "$work/serve.log" 2>&1 &
+ICESTAGE_LOG=warn "$binary" serve --config "$work/serve.toml" > "$work/serve.log" 2>&1 &
 serve_pid=$!
 until grep -q "listening on" "$work/serve.log"; do
     kill -0 "$serve_pid" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }

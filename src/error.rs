@@ -136,6 +136,14 @@ pub enum Error {
     #[error("{0}")]
     NotSupported(String),
 
+    /// A defect in icestage: a state its own code should never reach,
+    /// whatever the request (DataFusion's `internal_err!`).
+    #[error(
+        "internal error: {0}: this is a defect in icestage, not in the request; please report \
+         it with this message"
+    )]
+    Internal(String),
+
     /// An error from the Iceberg library.
     #[error("{}", iceberg_message(.0))]
     Iceberg(#[from] iceberg::Error),
@@ -216,7 +224,7 @@ impl Error {
                 _ => ErrorKind::Upstream,
             },
             Error::Io(_) => ErrorKind::Upstream,
-            Error::Arrow(_) => ErrorKind::Internal,
+            Error::Arrow(_) | Error::Internal(_) => ErrorKind::Internal,
             Error::DataFusion(e) => match e.find_root() {
                 DataFusionError::Plan(_)
                 | DataFusionError::SQL(..)
@@ -260,6 +268,11 @@ impl Error {
     /// Shorthand for [`Error::InvalidInput`].
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidInput(message.into())
+    }
+
+    /// [`Error::Internal`]: a defect, never the request's fault.
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::Internal(message.into())
     }
 }
 

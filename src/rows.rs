@@ -81,8 +81,8 @@ pub(crate) fn batch(schema: SchemaRef, rows: &[Vec<Value>]) -> Result<RecordBatc
     for (i, field) in schema.fields().iter().enumerate() {
         let value = |row: &Vec<Value>| row.get(i).cloned();
         let mismatch = |v: Option<Value>| {
-            Error::invalid(format!(
-                "internal: column '{}' of type {} got {v:?}",
+            Error::internal(format!(
+                "column '{}' of type {} got {v:?}",
                 field.name(),
                 field.data_type()
             ))
@@ -148,8 +148,8 @@ pub(crate) fn batch(schema: SchemaRef, rows: &[Vec<Value>]) -> Result<RecordBatc
                 Arc::new(b.finish())
             }
             other => {
-                return Err(Error::invalid(format!(
-                    "internal: result column '{}' has unsupported type {other}",
+                return Err(Error::internal(format!(
+                    "result column '{}' has unsupported type {other}",
                     field.name()
                 )));
             }
@@ -210,7 +210,7 @@ pub fn json_rows(
     }
     let mut rows: Vec<serde_json::Map<String, serde_json::Value>> =
         serde_json::from_slice(&text)
-            .map_err(|e| Error::invalid(format!("internal: result rows as JSON: {e}")))?;
+            .map_err(|e| Error::internal(format!("result rows as JSON: {e}")))?;
     for row in &mut rows {
         for name in &json {
             if let Some(value) = row.get_mut(name)

@@ -227,6 +227,11 @@ impl KeptTables {
     pub(crate) fn forget(&self, table: &TableIdent) {
         self.kept().remove(table);
     }
+
+    /// What the catalog's metadata files are read and written with.
+    pub(crate) fn io(&self) -> &iceberg::io::FileIO {
+        &self.io
+    }
 }
 
 #[cfg(test)]

@@ -552,8 +552,8 @@ async fn commit_once(
         }
         match result {
             Ok(_) => {
-                return Err(Error::invalid(format!(
-                    "internal: the commit to {} succeeded but it holds no snapshot with the evidence of every append",
+                return Err(Error::internal(format!(
+                    "the commit to {} succeeded but it holds no snapshot with the evidence of every append",
                     table.identifier()
                 )));
             }

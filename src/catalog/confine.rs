@@ -239,12 +239,40 @@ pub(crate) fn paths_outside(updates: &[iceberg::TableUpdate], location: &str) ->
 /// The paths the metadata itself names (no file is read): the metadata
 /// location, its log, every snapshot's manifest list and the statistics.
 pub(crate) fn metadata_paths(table: &Table) -> Vec<String> {
-    let metadata: &TableMetadata = table.metadata();
     let mut paths: Vec<String> = table
         .metadata_location()
         .map(str::to_string)
         .into_iter()
         .collect();
+    paths.extend(paths_named_by(table.metadata()));
+    paths
+}
+
+/// Why `metadata` (a file a client wrote) would make a table name a file
+/// outside `location`: one line per path its log, snapshots, statistics or
+/// path properties name. Empty when every path stays inside.
+pub(crate) fn metadata_outside(metadata: &TableMetadata, location: &str) -> Vec<String> {
+    let mut outside: Vec<String> = paths_named_by(metadata)
+        .into_iter()
+        .filter(|path| !is_under(path, location))
+        .map(|path| format!("'{path}' is outside the table's location '{location}'"))
+        .collect();
+    for key in PATH_PROPERTIES {
+        if let Some(path) = metadata.properties().get(*key)
+            && !is_under(path, location)
+        {
+            outside.push(format!(
+                "property {key} '{path}' is outside the table's location '{location}'"
+            ));
+        }
+    }
+    outside
+}
+
+/// The paths `metadata` names: its log, every snapshot's manifest list and
+/// the statistics.
+fn paths_named_by(metadata: &TableMetadata) -> Vec<String> {
+    let mut paths = vec![];
     paths.extend(
         metadata
             .metadata_log()

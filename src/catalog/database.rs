@@ -178,6 +178,32 @@ macro_rules! on_pool {
     };
 }
 
+/// What a row of `iceberg_tables` is: a table (`iceberg_type` `TABLE`, or
+/// none in the layout's first version) or a view (`VIEW`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    Table,
+    View,
+}
+
+impl Entry {
+    /// The condition on `iceberg_type` that selects this kind of row.
+    fn condition(self) -> &'static str {
+        match self {
+            Self::Table => "(iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
+            Self::View => "iceberg_type = 'VIEW'",
+        }
+    }
+
+    /// The value of `iceberg_type` a new row of this kind gets.
+    fn value(self) -> &'static str {
+        match self {
+            Self::Table => "TABLE",
+            Self::View => "VIEW",
+        }
+    }
+}
+
 /// How many times a swap whose outcome a lost connection hid is looked at
 /// again before it is reported as unknown.
 const SWAP_ATTEMPTS: usize = 3;
@@ -252,19 +278,172 @@ impl Database {
         catalog: &str,
         table: &TableIdent,
     ) -> std::result::Result<Option<String>, sqlx::Error> {
-        let (namespace, name) = (table.namespace().join("."), table.name().to_string());
+        self.entry_pointer(catalog, table, Entry::Table).await
+    }
+
+    /// Where the pointer of `catalog`'s `entry` named `ident` points now
+    /// (`None`: no such entry).
+    pub(crate) async fn entry_pointer(
+        &self,
+        catalog: &str,
+        ident: &TableIdent,
+        entry: Entry,
+    ) -> std::result::Result<Option<String>, sqlx::Error> {
+        let (namespace, name) = (ident.namespace().join("."), ident.name().to_string());
+        let statement = format!(
+            "SELECT metadata_location FROM iceberg_tables \
+             WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3 AND {}",
+            entry.condition()
+        );
         on_pool!(self, pool => {
-            sqlx::query_scalar(
-                "SELECT metadata_location FROM iceberg_tables \
-                 WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3 \
-                 AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
+            sqlx::query_scalar(&statement)
+                .bind(catalog.to_string())
+                .bind(namespace)
+                .bind(name)
+                .fetch_optional(pool)
+                .await
+        })
+    }
+
+    /// The names of `catalog`'s entries of kind `entry` in `namespace`
+    /// (dotted), sorted.
+    pub(crate) async fn names(
+        &self,
+        catalog: &str,
+        namespace: &str,
+        entry: Entry,
+    ) -> std::result::Result<Vec<String>, sqlx::Error> {
+        let statement = format!(
+            "SELECT table_name FROM iceberg_tables \
+             WHERE catalog_name = $1 AND table_namespace = $2 AND {} ORDER BY table_name",
+            entry.condition()
+        );
+        let (catalog, namespace) = (catalog.to_string(), namespace.to_string());
+        on_pool!(self, pool => {
+            sqlx::query_scalar(&statement)
+                .bind(catalog)
+                .bind(namespace)
+                .fetch_all(pool)
+                .await
+        })
+    }
+
+    /// Removes `catalog`'s `entry` named `ident`: whether it was there.
+    pub(crate) async fn remove(
+        &self,
+        catalog: &str,
+        ident: &TableIdent,
+        entry: Entry,
+    ) -> std::result::Result<bool, sqlx::Error> {
+        let statement = format!(
+            "DELETE FROM iceberg_tables \
+             WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3 AND {}",
+            entry.condition()
+        );
+        let binds = [
+            catalog.to_string(),
+            ident.namespace().join("."),
+            ident.name().to_string(),
+        ];
+        Ok(self.execute(&statement, binds).await? == 1)
+    }
+
+    /// Renames `catalog`'s `entry` `from` to `to`: whether it was there
+    /// (a row named `to` already, of any kind, is the database's key
+    /// error).
+    pub(crate) async fn rename(
+        &self,
+        catalog: &str,
+        from: &TableIdent,
+        to: &TableIdent,
+        entry: Entry,
+    ) -> std::result::Result<bool, sqlx::Error> {
+        let statement = format!(
+            "UPDATE iceberg_tables SET table_namespace = $1, table_name = $2 \
+             WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 AND {}",
+            entry.condition()
+        );
+        let binds = [
+            to.namespace().join("."),
+            to.name().to_string(),
+            catalog.to_string(),
+            from.namespace().join("."),
+            from.name().to_string(),
+        ];
+        Ok(self.execute(&statement, binds).await? == 1)
+    }
+
+    /// Runs `statement` with `binds` for its `$1`, `$2`, ...: the rows it
+    /// changed.
+    async fn execute<const N: usize>(
+        &self,
+        statement: &str,
+        binds: [String; N],
+    ) -> std::result::Result<u64, sqlx::Error> {
+        Ok(on_pool!(self, pool => {
+            let mut query = sqlx::query(statement);
+            for value in binds {
+                query = query.bind(value);
+            }
+            query.execute(pool).await?.rows_affected()
+        }))
+    }
+
+    /// Every table and view of `catalog` with where its pointer points:
+    /// namespace (dotted), name, metadata location. One statement, read
+    /// whole (a new table's location is checked against all of them).
+    pub(crate) async fn entries(
+        &self,
+        catalog: &str,
+    ) -> std::result::Result<Vec<(String, String, String)>, sqlx::Error> {
+        let catalog = catalog.to_string();
+        on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables \
+                 WHERE catalog_name = $1 AND metadata_location IS NOT NULL",
             )
-            .bind(catalog.to_string())
-            .bind(namespace)
-            .bind(name)
-            .fetch_optional(pool)
+            .bind(catalog)
+            .fetch_all(pool)
             .await
         })
+    }
+
+    /// Adds `catalog`'s `entry` `ident`, pointing at `metadata_location`,
+    /// unless a table or view of that name exists: whether it was added.
+    /// The database's key decides between racing adds.
+    pub(crate) async fn insert(
+        &self,
+        catalog: &str,
+        ident: &TableIdent,
+        metadata_location: &str,
+        entry: Entry,
+    ) -> std::result::Result<bool, sqlx::Error> {
+        let (catalog, namespace, name, location) = (
+            catalog.to_string(),
+            ident.namespace().join("."),
+            ident.name().to_string(),
+            metadata_location.to_string(),
+        );
+        let inserted = on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO iceberg_tables \
+                 (catalog_name, table_namespace, table_name, metadata_location, iceberg_type) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(catalog)
+            .bind(namespace)
+            .bind(name)
+            .bind(location)
+            .bind(entry.value())
+            .execute(pool)
+            .await
+            .map(|_| ())
+        });
+        match inserted {
+            Ok(_) => Ok(true),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Removes the properties `keys` of `catalog`'s namespace `namespace`
@@ -304,18 +483,20 @@ impl Database {
         table: &TableIdent,
         expected: &str,
         new: &str,
+        entry: Entry,
     ) -> std::result::Result<bool, sqlx::Error> {
         let (namespace, name) = (table.namespace().join("."), table.name().to_string());
         // Owned values: sqlx's borrowed binds make the future's Send bound
         // lifetime-specific.
         let (catalog, expected, new) = (catalog.to_string(), expected.to_string(), new.to_string());
+        let statement = format!(
+            "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
+             WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 AND {} \
+             AND metadata_location = $6",
+            entry.condition()
+        );
         let affected = on_pool!(self, pool => {
-            sqlx::query(
-                "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
-                 WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 \
-                 AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) \
-                 AND metadata_location = $6",
-            )
+            sqlx::query(&statement)
             .bind(new.clone())
             .bind(expected.clone())
             .bind(catalog.clone())
@@ -345,15 +526,28 @@ impl Database {
         expected: &str,
         new: &str,
     ) -> iceberg::Result<bool> {
+        self.swap_entry(catalog, table, expected, new, Entry::Table)
+            .await
+    }
+
+    /// [`Self::swap`] for an entry of kind `entry`.
+    pub(crate) async fn swap_entry(
+        &self,
+        catalog: &str,
+        table: &TableIdent,
+        expected: &str,
+        new: &str,
+        entry: Entry,
+    ) -> iceberg::Result<bool> {
         let mut doubt = None;
         for _ in 0..SWAP_ATTEMPTS {
-            match self.update(catalog, table, expected, new).await {
+            match self.update(catalog, table, expected, new, entry).await {
                 Ok(true) => return Ok(true),
                 Ok(false) if doubt.is_none() => return Ok(false),
                 Ok(false) => {}
                 Err(e) => doubt = Some(e),
             }
-            match self.pointer(catalog, table).await {
+            match self.entry_pointer(catalog, table, entry).await {
                 Ok(Some(at)) if at == new => return Ok(true),
                 Ok(Some(at)) if at == expected => continue,
                 Ok(_) => break,

@@ -8,6 +8,7 @@
 
 pub(crate) mod append;
 pub(crate) mod cache;
+pub(crate) mod claims;
 pub(crate) mod commit;
 pub(crate) mod compact;
 pub(crate) mod confine;
@@ -24,6 +25,7 @@ pub(crate) mod rest;
 pub(crate) mod scoped;
 pub(crate) mod snapshot;
 pub(crate) mod upkeep;
+pub(crate) mod views;
 pub(crate) mod writer;
 
 pub use registry::Icestage;
@@ -557,8 +559,8 @@ impl IcebergCatalog {
             .assigned_location(ident)
             .await?
             .ok_or_else(|| {
-                Error::invalid(format!(
-                    "internal: catalog '{}' cannot say where {ident} is stored",
+                Error::internal(format!(
+                    "catalog '{}' cannot say where {ident} is stored",
                     self.name
                 ))
             })
@@ -591,6 +593,18 @@ impl IcebergCatalog {
     /// [`Removal::MetadataOnly`] its data files stay: the target references
     /// them. S3 Tables deletes the table's own storage with it.
     pub(crate) async fn remove_table(&self, table: &Table, removal: Removal) -> Result<()> {
+        self.remove_table_within(table, self.placed_location(table), removal)
+            .await
+    }
+
+    /// [`Self::remove_table`], deleting only under `location` (`None`:
+    /// nothing, as for S3 Tables, which deleted the table's storage with it).
+    pub(crate) async fn remove_table_within(
+        &self,
+        table: &Table,
+        location: Option<String>,
+        removal: Removal,
+    ) -> Result<()> {
         let ident = table.identifier();
         let result = match &self.kind {
             CatalogKind::Sql { .. } | CatalogKind::Rest { .. } => {
@@ -606,8 +620,7 @@ impl IcebergCatalog {
             }
             return Ok(());
         }
-        // S3 Tables deleted the table's storage with it.
-        let Some(location) = self.placed_location(table) else {
+        let Some(location) = location else {
             return Ok(());
         };
         manifest::delete_confined(table, &location, removal).await

@@ -219,7 +219,7 @@ fn with_metrics_modes(target: &Table, files: Vec<DataFile>) -> Result<Vec<DataFi
                 .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
                 .partition_spec_id(target.metadata().default_partition_spec_id())
                 .build()
-                .map_err(|e| Error::invalid(format!("internal: data file of {table}: {e}")))
+                .map_err(|e| Error::internal(format!("data file of {table}: {e}")))
         })
         .collect()
 }

@@ -76,7 +76,7 @@ impl Jobs {
 
 /// A job's bytes: its message as JSON.
 pub(crate) fn encode_message(message: &impl serde::Serialize) -> Result<Vec<u8>> {
-    serde_json::to_vec(message).map_err(|e| Error::invalid(format!("internal: {e}")))
+    serde_json::to_vec(message).map_err(|e| Error::internal(format!("{e}")))
 }
 
 /// A job's message back from [`encode_message`]'s bytes.
@@ -99,7 +99,7 @@ pub(crate) trait Answer: serde::Serialize + serde::de::DeserializeOwned {
 
     /// The answer as the row a partition returns.
     fn to_row(&self) -> Result<String> {
-        serde_json::to_string(self).map_err(|e| Error::invalid(format!("internal: {e}")))
+        serde_json::to_string(self).map_err(|e| Error::internal(format!("{e}")))
     }
 }
 

@@ -134,7 +134,7 @@ fn connection(
             config,
         }],
     })
-    .map_err(|e| Error::invalid(format!("internal: catalog config: {e}")))?;
+    .map_err(|e| Error::internal(format!("catalog config: {e}")))?;
     Ok(Connection {
         properties,
         catalog_config,
@@ -399,7 +399,7 @@ pub(crate) async fn vend_credentials(
     let ident = grant.table.identifier();
     let (credentials, connection) = grant.vend(&format!("icestage-{id}"), duration).await?;
     let properties = serde_json::to_string(&connection.properties)
-        .map_err(|e| Error::invalid(format!("internal: connection: {e}")))?;
+        .map_err(|e| Error::internal(format!("connection: {e}")))?;
     Ok(SessionCredentials {
         id: upload.to_string(),
         mode: grant.mode,

@@ -195,8 +195,8 @@ pub(crate) async fn create_download(
         (Some((cluster, plan)), _, _) => Fill::on_cluster(cluster, plan)?,
         (None, Some(input), Some(session)) => Fill::Here(input, session.task_ctx()),
         (None, _, _) => {
-            return Err(Error::invalid(
-                "internal: CREATE DOWNLOAD runs with its query as input",
+            return Err(Error::internal(
+                "CREATE DOWNLOAD runs with its query as input",
             ));
         }
     };

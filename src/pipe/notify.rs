@@ -91,7 +91,7 @@ impl Notifications {
                         .id(n.to_string())
                         .receipt_handle(receipt)
                         .build()
-                        .map_err(|e| Error::invalid(format!("internal: a delete entry: {e}")))?,
+                        .map_err(|e| Error::internal(format!("a delete entry: {e}")))?,
                 );
             }
             batch.send().await.map_err(|e| {

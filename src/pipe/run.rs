@@ -71,7 +71,7 @@ pub(crate) async fn run_pipe(
     let pipe = load(icestage, name).await?;
     run(icestage, pipe, true, cluster)
         .await?
-        .ok_or_else(|| Error::invalid(format!("internal: pipe {name} was not run")))
+        .ok_or_else(|| Error::internal(format!("pipe {name} was not run")))
 }
 
 /// The runs of the running pipes whose interval has passed, each loaded by

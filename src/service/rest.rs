@@ -32,7 +32,7 @@ use iceberg::{NamespaceIdent, TableIdent};
 use iceberg_catalog_rest::{
     CommitTableRequest, CommitTableResponse, CreateNamespaceRequest, CreateTableRequest,
     ListNamespaceResponse, ListTablesResponse, LoadTableResult, NamespaceResponse,
-    StorageCredential,
+    RegisterTableRequest, RenameTableRequest, StorageCredential,
 };
 use serde_json::json;
 
@@ -136,18 +136,10 @@ async fn prefixed(
     }
 }
 
-/// A path of the REST catalog that is not served: views are not kept by
-/// this catalog (501, as the protocol answers a feature left out); any
-/// other path is 404. Both in the protocol's error shape.
+/// A path of the REST catalog that is not served: 404 in the protocol's
+/// error shape. (What a catalog cannot keep, such as views on S3 Tables,
+/// answers 501 from its own endpoint.)
 pub(crate) async fn not_served(uri: axum::http::Uri) -> Response {
-    if uri.path().split('/').any(|segment| segment == "views") {
-        return RestError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "NotImplementedException",
-            "views are not served by this catalog: GET /v1/config lists the endpoints served",
-        )
-        .into_response();
-    }
     RestError::new(
         StatusCode::NOT_FOUND,
         "NotFoundException",
@@ -191,12 +183,77 @@ fn unprefixed() -> Router<AppState> {
             "/iceberg/v1/namespaces/{namespace}/tables/{table}/credentials",
             get(credentials),
         )
+        .route(
+            "/iceberg/v1/namespaces/{namespace}/register",
+            post(register_table),
+        )
+        .route("/iceberg/v1/tables/rename", post(rename_table))
+        .route(
+            "/iceberg/v1/namespaces/{namespace}/views",
+            get(list_views).post(create_view),
+        )
+        .route(
+            "/iceberg/v1/namespaces/{namespace}/views/{view}",
+            get(load_view)
+                .head(view_exists)
+                .post(replace_view)
+                .delete(drop_view),
+        )
+        .route("/iceberg/v1/views/rename", post(rename_view))
         .route("/iceberg/v1/transactions/commit", post(commit_transaction))
 }
 
 pub(crate) use super::rest_error::RestError;
 
 type RestResult = std::result::Result<Response, RestError>;
+
+/// An answer that carries a table's metadata (`LoadTableResult`,
+/// `CommitTableResponse`), as JSON with the metadata's lists in order:
+/// snapshots by sequence number, schemas, partition specs and sort orders
+/// by id, statistics by snapshot. iceberg keeps them in maps, so their
+/// order in its JSON varies; clients (PyIceberg's `snapshots()`, history)
+/// show them in the order received, and Java's catalogs write them in
+/// order.
+struct TableJson<T>(T);
+
+impl<T: serde::Serialize> IntoResponse for TableJson<T> {
+    fn into_response(self) -> Response {
+        let mut answer = match serde_json::to_value(&self.0) {
+            Ok(answer) => answer,
+            Err(e) => {
+                return RestError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalServerError",
+                    format!("internal: cannot write the table's metadata: {e}"),
+                )
+                .into_response();
+            }
+        };
+        if let Some(metadata) = answer.get_mut("metadata") {
+            order_metadata(metadata);
+        }
+        Json(answer).into_response()
+    }
+}
+
+/// Sorts the lists of table metadata `metadata` (JSON) by their keys.
+fn order_metadata(metadata: &mut serde_json::Value) {
+    let by = |list: &str, keys: &[&str], metadata: &mut serde_json::Value| {
+        if let Some(items) = metadata.get_mut(list).and_then(|v| v.as_array_mut()) {
+            items.sort_by_key(|item| {
+                keys.iter()
+                    .map(|key| item.get(*key).and_then(|v| v.as_i64()).unwrap_or(i64::MIN))
+                    .collect::<Vec<_>>()
+            });
+        }
+    };
+    by("snapshots", &["sequence-number", "timestamp-ms"], metadata);
+    by("schemas", &["schema-id"], metadata);
+    by("partition-specs", &["spec-id"], metadata);
+    by("sort-orders", &["order-id"], metadata);
+    by("statistics", &["snapshot-id"], metadata);
+    by("partition-statistics", &["snapshot-id"], metadata);
+}
 
 /// The session a request's token opens: its table as the catalog holds it
 /// now, where icestage placed it and what the token may do (a [`Grant`]).
@@ -218,7 +275,7 @@ impl Access {
     /// this session's; 404 otherwise.
     fn check(&self, namespace: &str, table: Option<&str>) -> std::result::Result<(), RestError> {
         let ident = self.ident();
-        let same_namespace = NamespaceIdent::from_strs(namespace.split('\u{1f}'))
+        let same_namespace = NamespaceIdent::from_strs(namespace_parts(namespace))
             .is_ok_and(|ns| &ns == ident.namespace());
         let same_table = table.is_none_or(|t| t == ident.name());
         if same_namespace && same_table {
@@ -454,11 +511,11 @@ async fn config(
         asked.warehouse = query.warehouse;
     }
     let endpoints = match bearer(&state, &asked).await {
-        Ok(Bearer::Session(_)) => ENDPOINTS,
-        Ok(Bearer::Catalog(_)) => catalog_view::ENDPOINTS,
+        Ok(Bearer::Session(_)) => ENDPOINTS.to_vec(),
+        Ok(Bearer::Catalog(view)) => view.endpoints(),
         // A client configures its catalog as soon as it has the download's
         // connection; its table answers once the download is ready.
-        Err(e) if e.is_not_ready() => ENDPOINTS,
+        Err(e) if e.is_not_ready() => ENDPOINTS.to_vec(),
         Err(e) => return Err(e),
     };
     // The client sends the rest of its requests under the catalog it asked
@@ -468,17 +525,28 @@ async fn config(
         None => json!({}),
     };
     Ok(Json(json!({
-        "defaults": {},
+        "defaults": {"namespace-separator": NAMESPACE_SEPARATOR},
         "overrides": overrides,
         "endpoints": endpoints,
     }))
     .into_response())
 }
 
-/// A namespace as a path names it (parts separated by U+001F); 400 when
-/// it is empty.
+/// What separates the parts of a namespace in a path, as `GET /v1/config`
+/// tells clients (`namespace-separator`). The protocol's default, U+001F,
+/// is taken too, from clients that do not read it. A part cannot hold a
+/// `.` anyway: the SQL catalog's layout keeps namespaces dotted.
+const NAMESPACE_SEPARATOR: &str = ".";
+
+/// The parts of a namespace as a path names it.
+fn namespace_parts(namespace: &str) -> impl Iterator<Item = &str> {
+    namespace.split(['\u{1f}', '.'])
+}
+
+/// A namespace as a path names it ([`namespace_parts`]); 400 when it is
+/// empty.
 fn namespace_of(namespace: &str) -> std::result::Result<NamespaceIdent, RestError> {
-    NamespaceIdent::from_strs(namespace.split('\u{1f}')).map_err(|_| {
+    NamespaceIdent::from_strs(namespace_parts(namespace)).map_err(|_| {
         RestError::new(
             StatusCode::BAD_REQUEST,
             "BadRequestException",
@@ -632,12 +700,135 @@ async fn create_table(
 ) -> RestResult {
     match bearer(&state, &asked).await? {
         Bearer::Session(_) => Err(session_may_not("create a table")),
-        Bearer::Catalog(view) => Ok(Json(
+        Bearer::Catalog(view) => Ok(TableJson(
             view.create_table(&namespace_of(&namespace)?, request(body)?)
                 .await?,
         )
         .into_response()),
     }
+}
+
+async fn register_table(
+    State(state): State<AppState>,
+    asked: Presented,
+    Path(namespace): Path<String>,
+    body: std::result::Result<Json<RegisterTableRequest>, JsonRejection>,
+) -> RestResult {
+    match bearer(&state, &asked).await? {
+        Bearer::Session(_) => Err(session_may_not("register a table")),
+        Bearer::Catalog(view) => Ok(TableJson(
+            view.register_table(&namespace_of(&namespace)?, request(body)?)
+                .await?,
+        )
+        .into_response()),
+    }
+}
+
+async fn rename_table(
+    State(state): State<AppState>,
+    asked: Presented,
+    body: std::result::Result<Json<RenameTableRequest>, JsonRejection>,
+) -> RestResult {
+    match bearer(&state, &asked).await? {
+        Bearer::Session(_) => Err(session_may_not("rename a table")),
+        Bearer::Catalog(view) => {
+            view.rename_table(request(body)?).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+    }
+}
+
+/// A catalog token's view of the catalog, for the view endpoints: a
+/// session's token reaches one table and no views (501, as before views
+/// were served at all).
+async fn view_bearer(
+    state: &AppState,
+    asked: &Presented,
+) -> std::result::Result<CatalogView, RestError> {
+    match bearer(state, asked).await? {
+        Bearer::Session(_) => Err(RestError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "NotImplementedException",
+            "views are not served to a session's token: it reaches its own table only",
+        )),
+        Bearer::Catalog(view) => Ok(view),
+    }
+}
+
+async fn list_views(
+    State(state): State<AppState>,
+    asked: Presented,
+    Path(namespace): Path<String>,
+) -> RestResult {
+    let view = view_bearer(&state, &asked).await?;
+    Ok(Json(view.list_views(&namespace_of(&namespace)?).await?).into_response())
+}
+
+async fn create_view(
+    State(state): State<AppState>,
+    asked: Presented,
+    Path(namespace): Path<String>,
+    body: std::result::Result<Json<catalog_view::CreateViewRequest>, JsonRejection>,
+) -> RestResult {
+    let view = view_bearer(&state, &asked).await?;
+    Ok(Json(
+        view.create_view(&namespace_of(&namespace)?, request(body)?)
+            .await?,
+    )
+    .into_response())
+}
+
+async fn load_view(
+    State(state): State<AppState>,
+    asked: Presented,
+    Path((namespace, name)): Path<(String, String)>,
+) -> RestResult {
+    let view = view_bearer(&state, &asked).await?;
+    Ok(Json(view.load_view(&table_of(&namespace, &name)?).await?).into_response())
+}
+
+async fn view_exists(
+    State(state): State<AppState>,
+    asked: Presented,
+    Path((namespace, name)): Path<(String, String)>,
+) -> RestResult {
+    let view = view_bearer(&state, &asked).await?;
+    view.view_exists(&table_of(&namespace, &name)?).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn replace_view(
+    State(state): State<AppState>,
+    asked: Presented,
+    Path((namespace, name)): Path<(String, String)>,
+    body: std::result::Result<Json<catalog_view::CommitViewRequest>, JsonRejection>,
+) -> RestResult {
+    let view = view_bearer(&state, &asked).await?;
+    Ok(Json(
+        view.replace_view(&table_of(&namespace, &name)?, request(body)?)
+            .await?,
+    )
+    .into_response())
+}
+
+async fn drop_view(
+    State(state): State<AppState>,
+    asked: Presented,
+    Path((namespace, name)): Path<(String, String)>,
+) -> RestResult {
+    let view = view_bearer(&state, &asked).await?;
+    view.drop_view(&table_of(&namespace, &name)?).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn rename_view(
+    State(state): State<AppState>,
+    asked: Presented,
+    body: std::result::Result<Json<RenameTableRequest>, JsonRejection>,
+) -> RestResult {
+    let view = view_bearer(&state, &asked).await?;
+    view.rename_view(request(body)?).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `DELETE .../tables/{table}?purgeRequested=`.
@@ -728,12 +919,12 @@ async fn load_table(
         Bearer::Session(access) => access,
         Bearer::Catalog(view) => {
             let ident = table_of(&namespace, &table)?;
-            return Ok(Json(view.load_table(&ident).await?).into_response());
+            return Ok(TableJson(view.load_table(&ident).await?).into_response());
         }
     };
     access.check(&namespace, Some(&table))?;
     let config = storage(&access).await?;
-    Ok(Json(LoadTableResult {
+    Ok(TableJson(LoadTableResult {
         metadata_location: access.grant.table.metadata_location().map(str::to_string),
         metadata: access.grant.table.metadata().clone(),
         storage_credentials: Some(vec![storage_credential(&access, config.clone())]),
@@ -781,12 +972,12 @@ async fn commit_table(
         Bearer::Session(access) => access,
         Bearer::Catalog(view) => {
             let ident = table_of(&namespace, &table)?;
-            return Ok(Json(view.commit(&ident, request(body)?).await?).into_response());
+            return Ok(TableJson(view.commit(&ident, request(body)?).await?).into_response());
         }
     };
     access.check(&namespace, Some(&table))?;
     let (metadata_location, metadata) = commit(&access, request(body)?).await?;
-    Ok(Json(CommitTableResponse {
+    Ok(TableJson(CommitTableResponse {
         metadata_location,
         metadata,
     })

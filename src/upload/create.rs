@@ -77,9 +77,7 @@ pub(crate) fn staging_metadata(
     use serde_json::json;
 
     let invalid = |e: serde_json::Error| {
-        Error::invalid(format!(
-            "internal: staging metadata for {location} is invalid: {e}"
-        ))
+        Error::internal(format!("staging metadata for {location} is invalid: {e}"))
     };
     // A JSON array of `items`, as the spec writes each.
     fn array<'a, T: serde::Serialize + 'a>(

@@ -80,8 +80,8 @@ pub(crate) async fn key(catalog: &IcebergCatalog) -> Result<Vec<u8>> {
                 .get(PROP_SEAL_KEY)
                 .map(|k| decode(k))
                 .unwrap_or_else(|| {
-                    Err(Error::invalid(
-                        "internal: the upload log has no sealing key after setting one",
+                    Err(Error::internal(
+                        "the upload log has no sealing key after setting one",
                     ))
                 })
         })

@@ -77,7 +77,7 @@ pub(crate) async fn copy_files(
                 .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
                 .partition_spec_id(spec_id)
                 .build()
-                .map_err(|e| Error::invalid(format!("internal: copied data file: {e}")))?,
+                .map_err(|e| Error::internal(format!("copied data file: {e}")))?,
         );
     }
     Ok(copies)

@@ -148,9 +148,7 @@ pub(crate) fn named(
             batch
                 .column_by_name(name)
                 .map(|a| (name.clone(), Arc::clone(a)))
-                .ok_or_else(|| {
-                    Error::invalid(format!("internal: the scan returned no column '{name}'"))
-                })
+                .ok_or_else(|| Error::internal(format!("the scan returned no column '{name}'")))
         })
         .collect()
 }

@@ -989,7 +989,7 @@ impl ReadChunks for Here {
                 async move {
                     tokio::spawn(read_chunk(io, path, footer, groups, first_row, plan))
                         .await
-                        .map_err(|e| Error::invalid(format!("internal: a verification task: {e}")))?
+                        .map_err(|e| Error::internal(format!("a verification task: {e}")))?
                         .map(|read| (index, read))
                 }
             })
@@ -1038,7 +1038,7 @@ fn data_file(path: &str, size: u64, read: &Read, plan: &Plan) -> Result<DataFile
         .lower_bounds(lower)
         .upper_bounds(upper)
         .build()
-        .map_err(|e| Error::invalid(format!("internal: verified data file {path}: {e}")))
+        .map_err(|e| Error::internal(format!("verified data file {path}: {e}")))
 }
 
 /// Required fields of the target that staged rows leave NULL: top-level
