@@ -485,29 +485,23 @@ impl Database {
         new: &str,
         entry: Entry,
     ) -> std::result::Result<bool, sqlx::Error> {
-        let (namespace, name) = (table.namespace().join("."), table.name().to_string());
-        // Owned values: sqlx's borrowed binds make the future's Send bound
-        // lifetime-specific.
-        let (catalog, expected, new) = (catalog.to_string(), expected.to_string(), new.to_string());
         let statement = format!(
             "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
              WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 AND {} \
              AND metadata_location = $6",
             entry.condition()
         );
-        let affected = on_pool!(self, pool => {
-            sqlx::query(&statement)
-            .bind(new.clone())
-            .bind(expected.clone())
-            .bind(catalog.clone())
-            .bind(namespace.clone())
-            .bind(name.clone())
-            .bind(expected.clone())
-            .execute(pool)
-            .await?
-            .rows_affected()
-        });
-        Ok(affected == 1)
+        // Owned values: sqlx's borrowed binds make the future's Send bound
+        // lifetime-specific.
+        let binds = [
+            new.to_string(),
+            expected.to_string(),
+            catalog.to_string(),
+            table.namespace().join("."),
+            table.name().to_string(),
+            expected.to_string(),
+        ];
+        Ok(self.execute(&statement, binds).await? == 1)
     }
 
     /// Points `catalog`'s `table` at `new` if, and only if, it points at

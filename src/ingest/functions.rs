@@ -237,7 +237,7 @@ async fn list(uri: &str, options: &SourceOptions) -> Result<MemTable> {
     match &access.location {
         Location::S3 { bucket, .. } if bucket.is_empty() => {
             let sdk = access.sdk.clone().expect("S3 access has an SDK config");
-            let buckets = super::source::list_buckets(&sdk, options.endpoint.as_deref())
+            let buckets = super::source::list_buckets(&sdk, options.s3_endpoint().as_deref())
                 .await
                 .map_err(|e| {
                     Error::invalid(format!(

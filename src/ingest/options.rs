@@ -203,6 +203,18 @@ fn parse_bool(name: &str, value: &str) -> Result<bool> {
 }
 
 impl SourceOptions {
+    /// Where S3 requests go: the `endpoint` option, else the AWS SDKs'
+    /// own variables (`AWS_ENDPOINT_URL_S3`, then `AWS_ENDPOINT_URL`), as
+    /// every AWS SDK and the AWS CLI read them; `None` for AWS itself. So
+    /// a statement written for AWS runs unchanged against an emulator.
+    pub(crate) fn s3_endpoint(&self) -> Option<String> {
+        self.endpoint.clone().or_else(|| {
+            ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]
+                .iter()
+                .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+        })
+    }
+
     /// The options that decide how a file is opened and read, as the pairs
     /// [`SourceOptions::from_pairs`] reads back (with [`READ_OPTIONS`]):
     /// what a cluster's executor needs to read the same file the same way.

@@ -229,7 +229,7 @@ impl Access {
                         secret_key: credentials.secret_access_key().to_string(),
                         token: credentials.session_token().map(str::to_string),
                     }))));
-                if let Some(endpoint) = &options.endpoint {
+                if let Some(endpoint) = options.s3_endpoint() {
                     builder = builder
                         .with_endpoint(endpoint)
                         .with_allow_http(true)
