@@ -236,6 +236,36 @@ impl<T: serde::Serialize> IntoResponse for TableJson<T> {
     }
 }
 
+/// The defaults of `float` fields in schema type `kind` (JSON) written as
+/// the float they are: iceberg writes a float's value widened to a double
+/// (22.27 as 22.270000457763672), and clients read the JSON number as
+/// given.
+fn float_defaults(kind: &mut serde_json::Value) {
+    let Some(fields) = kind.get_mut("fields").and_then(|f| f.as_array_mut()) else {
+        for part in ["element", "key", "value"] {
+            if let Some(inner) = kind.get_mut(part) {
+                float_defaults(inner);
+            }
+        }
+        return;
+    };
+    for field in fields {
+        if field.get("type").and_then(|t| t.as_str()) == Some("float") {
+            for key in ["initial-default", "write-default"] {
+                if let Some(value) = field.get_mut(key)
+                    && let Some(wide) = value.as_f64()
+                    && let Ok(narrow) = (wide as f32).to_string().parse::<f64>()
+                    && let Some(number) = serde_json::Number::from_f64(narrow)
+                {
+                    *value = number.into();
+                }
+            }
+        } else if let Some(inner) = field.get_mut("type") {
+            float_defaults(inner);
+        }
+    }
+}
+
 /// Sorts the lists of table metadata `metadata` (JSON) by their keys.
 fn order_metadata(metadata: &mut serde_json::Value) {
     let by = |list: &str, keys: &[&str], metadata: &mut serde_json::Value| {
@@ -247,6 +277,14 @@ fn order_metadata(metadata: &mut serde_json::Value) {
             });
         }
     };
+    for schema in metadata
+        .get_mut("schemas")
+        .and_then(|s| s.as_array_mut())
+        .into_iter()
+        .flatten()
+    {
+        float_defaults(schema);
+    }
     by("snapshots", &["sequence-number", "timestamp-ms"], metadata);
     by("schemas", &["schema-id"], metadata);
     by("partition-specs", &["spec-id"], metadata);
