@@ -177,11 +177,8 @@ impl KeptTables {
                 ));
             }
         };
-        let metadata: iceberg::spec::TableMetadata = if bytes.starts_with(&[0x1f, 0x8b]) {
-            serde_json::from_slice(&super::confine::inflate_bounded(&location, &bytes)?)?
-        } else {
-            serde_json::from_slice(&bytes)?
-        };
+        let metadata: iceberg::spec::TableMetadata =
+            serde_json::from_slice(&super::confine::metadata_json(&location, &bytes)?)?;
         let sound = super::pointer::rewritten_bytes(&location, &bytes).is_none();
         let loaded = Table::builder()
             .identifier(table.clone())

@@ -178,6 +178,20 @@ pub(crate) fn inflate_bounded(path: &str, bytes: &[u8]) -> iceberg::Result<Vec<u
     Ok(inflated)
 }
 
+/// The JSON of metadata file `bytes` (read from `path`): as read, or
+/// inflated within [`inflate_bounded`]'s bound when gzip-compressed (as
+/// `write.metadata.compression-codec = gzip` writes it).
+pub(crate) fn metadata_json<'a>(
+    path: &str,
+    bytes: &'a [u8],
+) -> iceberg::Result<std::borrow::Cow<'a, [u8]>> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        Ok(std::borrow::Cow::Owned(inflate_bounded(path, bytes)?))
+    } else {
+        Ok(std::borrow::Cow::Borrowed(bytes))
+    }
+}
+
 /// Table properties that move where a writer puts files.
 const PATH_PROPERTIES: &[&str] = &[
     "write.data.path",

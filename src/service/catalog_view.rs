@@ -790,16 +790,12 @@ impl CatalogView {
         let bytes = confine::read_confined(io, path, &folder, "metadata file")
             .await
             .map_err(|e| forbidden(format!("{ident}: {}", e.user_message())))?;
-        let metadata: TableMetadata = if bytes.starts_with(&[0x1f, 0x8b]) {
-            serde_json::from_slice(&confine::inflate_bounded(path, &bytes)?)
-        } else {
-            serde_json::from_slice(&bytes)
-        }
-        .map_err(|e| {
-            bad_request(format!(
-                "{ident}: {path} is not Iceberg table metadata: {e}"
-            ))
-        })?;
+        let metadata: TableMetadata =
+            serde_json::from_slice(&confine::metadata_json(path, &bytes)?).map_err(|e| {
+                bad_request(format!(
+                    "{ident}: {path} is not Iceberg table metadata: {e}"
+                ))
+            })?;
         let location = metadata.location().to_string();
         if !confine::is_under(&location, &folder) || !confine::is_under(path, &location) {
             return Err(forbidden(format!(
