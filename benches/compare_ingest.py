@@ -15,6 +15,12 @@ Each run is a whole process (start-up included, both sides), timed by the
 same launcher as compare_promote.py; the best of --repeat runs counts.
 
     .venv/bin/python benches/compare_ingest.py --icestage target/release/icestage [--rows 1000000]
+        [--before <an earlier icestage build>]
+
+After the table it prints what row-by-row loading costs on the same clean
+CSV files (`on_error = 'continue'`, which reads each row as text to reject
+malformed ones alone) against the plain load, and, with --before, the plain
+CSV load of an earlier build against this one: both in the same run.
 
 scripts/bench-ingest.sh installs DuckDB into .venv, builds icestage and runs this.
 """
@@ -101,6 +107,7 @@ def main():
     parser.add_argument("--icestage", required=True, help="path to the icestage binary (release build)")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", help="an earlier icestage build to compare the plain CSV load with")
     args = parser.parse_args()
     import duckdb
 
@@ -124,9 +131,15 @@ def main():
                 if os.path.exists(out):
                     os.remove(out)
 
-            ours = best(lambda: [args.icestage, "--warehouse", warehouse, "-q", "--format", "csv", "-c",
-                                 f"COPY INTO raw.t FROM 'file://{folder}/' WITH (all_files = true)"],
-                        args.repeat, args.rows, fresh)
+            def copy(binary, options=""):
+                return lambda: [binary, "--warehouse", warehouse, "-q", "--format", "csv", "-c",
+                                f"COPY INTO raw.t FROM 'file://{folder}/' WITH (all_files = true{options})"]
+
+            ours = best(copy(args.icestage), args.repeat, args.rows, fresh)
+            if name == "csv":
+                plain_csv = ours
+                continuing = best(copy(args.icestage, ", on_error = 'continue'"), args.repeat, args.rows, fresh)
+                before = best(copy(args.before), args.repeat, args.rows, fresh) if args.before else None
             our_out = parquet_mib(warehouse)
             theirs = best(lambda: [sys.executable, "-c", DUCKDB, os.path.join(folder, pattern), out],
                           args.repeat, args.rows, fresh)
@@ -135,6 +148,12 @@ def main():
                   f"{ours[1]:>12.1f} {theirs[1]:>10.1f} | {our_out:>12.1f} {their_out:>10.1f}", flush=True)
         print("ratio = DuckDB time / icestage time (above 1: icestage is faster); RSS and output in MiB;")
         print("both write zstd: Iceberg's default codec (icestage, level 3), and DuckDB's COMPRESSION zstd")
+        print()
+        print(f"csv, on_error = 'continue': {continuing[0]:.3f} s against {plain_csv[0]:.3f} s plain "
+              f"({(continuing[0] / plain_csv[0] - 1) * 100:+.1f}%), RSS {continuing[1]:.1f} MiB")
+        if before:
+            print(f"csv, plain, the earlier build: {before[0]:.3f} s against {plain_csv[0]:.3f} s now "
+                  f"(now / before = {plain_csv[0] / before[0]:.2f}), RSS {before[1]:.1f} MiB")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ use crate::credentials::vend::{SessionCredentials, vend_credentials};
 use crate::download::DownloadId;
 use crate::download::create::{DownloadOpened, DownloadOptions, create_download, plan_download};
 use crate::download::status::{DownloadDropped, DownloadStatus};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::expiry::{ExpireOptions, SnapshotsExpired, StagingExpired};
 use crate::ingest::SourceOptions;
 use crate::ingest::copy_into::CopyReport;
@@ -375,7 +375,38 @@ impl Operations {
         options: SourceOptions,
     ) -> Result<CopyReport> {
         let (catalog, ident) = self.resolve(table.into())?;
-        crate::ingest::copy_into::copy_into(&self.context()?, &catalog, &ident, uri, &options).await
+        if options.validation_mode.is_some() {
+            return Err(Error::invalid(
+                "copy_into loads: to check files without loading them, use validate_copy"
+                    .to_string(),
+            ));
+        }
+        Ok(
+            crate::ingest::copy_into::copy_into(&self.context()?, &catalog, &ident, uri, &options)
+                .await?
+                .report,
+        )
+    }
+
+    /// `COPY INTO ... WITH (validation_mode = 'return_errors')`: reads the
+    /// files as a load with `options` would and answers every error it
+    /// finds (malformed rows, files that cannot be loaded); commits
+    /// nothing, neither rows nor copy-log entries.
+    pub async fn validate_copy(
+        &self,
+        table: impl Into<TableReference>,
+        uri: &str,
+        mut options: SourceOptions,
+    ) -> Result<Vec<crate::ingest::rejects::CopyError>> {
+        let (catalog, ident) = self.resolve(table.into())?;
+        options.validation_mode = Some(crate::ingest::ValidationMode::ReturnErrors);
+        let run =
+            crate::ingest::copy_into::copy_into(&self.context()?, &catalog, &ident, uri, &options)
+                .await?;
+        Ok(match run.validation {
+            Some(crate::ingest::copy_into::Validation::Errors(errors)) => errors,
+            _ => vec![],
+        })
     }
 
     /// `EXPIRE STAGING`: removes the sessions whose time ran out.

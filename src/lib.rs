@@ -47,7 +47,11 @@ pub use download::{DownloadId, DownloadState};
 pub use error::{Error, ErrorKind, Result, error_message};
 pub use expiry::{ExpireOptions, SnapshotsExpired, StagingExpired};
 pub use ingest::copy_into::CopyReport;
-pub use ingest::{Compression, Format, OnError, SourceOptions};
+pub use ingest::rejects::{CopyError, CopyPreview, CopyReject};
+pub use ingest::{
+    Compression, Format, MatchByName, OnError, Pattern, SchemaEvolution, SourceOptions,
+    ValidationMode,
+};
 pub use pipe::run::PipeRun;
 pub use pipe::{
     CreatePipe, PIPE_TABLE_PREFIX, PipeName, PipeOptions, PipeRunRecord, PipeState, PipeStatus,

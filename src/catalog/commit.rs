@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use iceberg::spec::{DataFile, Operation, SnapshotRef};
+use iceberg::spec::{DataFile, Operation, Schema, SnapshotRef};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
@@ -442,7 +442,7 @@ pub(crate) async fn append_once(
         append.clone(),
         |members| async move {
             let appends: Vec<OnceAppend> = members.iter().map(|m| m.work.clone()).collect();
-            match commit_once(catalog, table, &appends, None).await {
+            match commit_once(catalog, table, &appends, None, None).await {
                 Ok(answers) => {
                     for (member, answer) in members.into_iter().zip(answers) {
                         member.answer(Some(answer));
@@ -463,6 +463,7 @@ pub(crate) async fn append_once(
                 append.files,
                 append.evidence,
                 None,
+                None,
             ))
             .await
         }
@@ -471,16 +472,19 @@ pub(crate) async fn append_once(
 
 /// [`append_once`], with `guard` run on every version the commit would land
 /// on as well (after the evidence check): an error from it stops the commit
-/// and is returned. Not grouped: the guard speaks for this append alone.
+/// and is returned; and with `schema`, a new current schema of `table`
+/// (columns added) committed with the files. Not grouped: the guard speaks
+/// for this append alone.
 pub(crate) async fn append_once_guarded(
     catalog: &IcebergCatalog,
     table: &Table,
     files: Vec<DataFile>,
     evidence: Evidence,
     guard: Option<LoadCheck>,
+    schema: Option<Schema>,
 ) -> Result<(i64, bool)> {
     let append = OnceAppend { files, evidence };
-    let mut answers = commit_once(catalog, table, &[append], guard).await?;
+    let mut answers = commit_once(catalog, table, &[append], guard, schema).await?;
     Ok(answers.remove(0))
 }
 
@@ -497,7 +501,9 @@ async fn commit_once(
     table: &Table,
     appends: &[OnceAppend],
     guard: Option<LoadCheck>,
+    schema: Option<Schema>,
 ) -> Result<Vec<(i64, bool)>> {
+    let from_schema = table.metadata().current_schema_id();
     // Commits of this process to one table take turns; other processes are
     // met by retries.
     let _turn = catalog.exclusive(&table.identifier().to_string()).await;
@@ -529,7 +535,11 @@ async fn commit_once(
         for append in &pending {
             tx = with_append(tx, &append.files, append.evidence.properties())?;
         }
-        let result = tx.commit(&catalog.exact().check_on_load(check)).await;
+        let mut exact = catalog.exact().check_on_load(check);
+        if let Some(schema) = &schema {
+            exact = exact.evolving(from_schema, schema.clone());
+        }
+        let result = tx.commit(&exact).await;
         let current = catalog.catalog().load_table(table.identifier()).await?;
         let mut found = false;
         for (append, answer) in appends.iter().zip(answers.iter_mut()) {

@@ -23,10 +23,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
+use iceberg::spec::Schema;
 use iceberg::table::Table;
 use iceberg::{
     Catalog, ErrorKind, Namespace, NamespaceIdent, Result, TableCommit, TableCreation, TableIdent,
-    TableRequirement,
+    TableRequirement, TableUpdate,
 };
 
 use super::cache::KeptTables;
@@ -69,6 +70,9 @@ pub(crate) struct ScopedCatalog {
     exact: Option<(PointerStore, Arc<Mutex<Option<Table>>>)>,
     /// With [`Self::keeping_tables`]: the tables loaded, kept.
     kept: Option<Arc<KeptTables>>,
+    /// With [`Self::evolving`]: the schema a commit's table had when its
+    /// files were written, and the schema the commit makes current.
+    evolve: Option<(i32, Schema)>,
 }
 
 impl ScopedCatalog {
@@ -85,6 +89,7 @@ impl ScopedCatalog {
             on_load: None,
             exact: None,
             kept: None,
+            evolve: None,
         }
     }
 
@@ -116,6 +121,14 @@ impl ScopedCatalog {
     /// module documentation).
     pub(crate) fn exact(mut self, pointers: PointerStore) -> Self {
         self.exact = Some((pointers, Arc::default()));
+        self
+    }
+
+    /// Makes `schema` current in the commit (with [`Self::exact`]), on a
+    /// table whose current schema is still `from` (or already `schema`'s
+    /// columns): the columns a copy adds land with its rows.
+    pub(crate) fn evolving(mut self, from: i32, schema: Schema) -> Self {
+        self.evolve = Some((from, schema));
         self
     }
 
@@ -210,7 +223,12 @@ impl Catalog for ScopedCatalog {
         if let Some((_, checked)) = &self.exact {
             *checked.lock().expect("checked table") = Some(loaded.clone());
         }
-        Ok(loaded)
+        match &self.evolve {
+            // The commit is built on the table as it will be: its snapshot
+            // names the new schema.
+            Some((from, schema)) => evolved_view(loaded, *from, schema),
+            None => Ok(loaded),
+        }
     }
 
     async fn drop_table(&self, table: &TableIdent) -> Result<()> {
@@ -257,10 +275,24 @@ impl Catalog for ScopedCatalog {
                     format!("internal: a commit to {ident} without a checked load before it"),
                 )
             })?;
-        let (requirements, updates) = (
+        let (requirements, mut updates) = (
             first_per_ref(commit.take_requirements()),
             commit.take_updates(),
         );
+        if let Some((from, schema)) = &self.evolve
+            && !has_columns_of(&base, schema)
+        {
+            columns_unchanged(&base, *from)?;
+            updates.splice(
+                0..0,
+                [
+                    TableUpdate::AddSchema {
+                        schema: schema.clone(),
+                    },
+                    TableUpdate::SetCurrentSchema { schema_id: -1 },
+                ],
+            );
+        }
         match pointers.commit(&base, requirements, updates).await? {
             Some(committed) => {
                 self.keep(&committed);
@@ -273,6 +305,58 @@ impl Catalog for ScopedCatalog {
             .with_retryable(true)),
         }
     }
+}
+
+/// Whether `table`'s current schema is `schema`'s columns.
+fn has_columns_of(table: &Table, schema: &Schema) -> bool {
+    table.metadata().current_schema().as_struct() == schema.as_struct()
+}
+
+/// Fails unless `table`'s current schema is still schema `from`.
+fn columns_unchanged(table: &Table, from: i32) -> Result<()> {
+    if table.metadata().current_schema_id() == from {
+        return Ok(());
+    }
+    Err(iceberg::Error::new(
+        ErrorKind::DataInvalid,
+        format!(
+            "the columns of {} changed while this statement wrote its rows: nothing was \
+             committed; run it again",
+            table.identifier()
+        ),
+    ))
+}
+
+/// `table` as it is once `schema` (its columns, evolved from its current
+/// schema `from`) is current; `table` itself when it already is.
+fn evolved_view(table: Table, from: i32, schema: &Schema) -> Result<Table> {
+    if has_columns_of(&table, schema) {
+        return Ok(table);
+    }
+    columns_unchanged(&table, from)?;
+    with_current_schema(&table, schema)
+}
+
+/// `table` with `schema` added and made current, in memory: what rows
+/// with the new columns are written against before the commit that adds
+/// them.
+pub(crate) fn with_current_schema(table: &Table, schema: &Schema) -> Result<Table> {
+    let metadata = table
+        .metadata()
+        .clone()
+        .into_builder(table.metadata_location().map(str::to_string))
+        .add_current_schema(schema.clone())?
+        .build()?
+        .metadata;
+    let mut builder = Table::builder()
+        .metadata(metadata)
+        .identifier(table.identifier().clone())
+        .file_io(table.file_io().clone())
+        .runtime(iceberg::Runtime::current());
+    if let Some(location) = table.metadata_location() {
+        builder = builder.metadata_location(location);
+    }
+    builder.build()
 }
 
 /// `requirements` with only the first requirement on each ref's snapshot.

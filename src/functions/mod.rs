@@ -40,6 +40,7 @@ pub(crate) fn register_all(ctx: &SessionContext) {
     ctx.register_udtf("wait_download", Arc::new(download::WaitDownloadFunc));
     ctx.register_udtf("pipes", Arc::new(pipe::PipesFunc));
     ctx.register_udtf("pipe_status", Arc::new(pipe::PipeStatusFunc));
+    ctx.register_udtf("copy_rejects", Arc::new(pipe::CopyRejectsFunc));
 }
 
 /// Builds the command once the session is known (names resolve against it).

@@ -1,14 +1,19 @@
-//! Pipe table functions: `pipes()`, `pipe_status('<name>')`.
+//! Pipe and copy table functions: `pipes()`, `pipe_status('<name>')`,
+//! `copy_rejects('<table>')`.
 
 use std::sync::Arc;
 
 use datafusion::catalog::{TableFunctionImpl, TableProvider};
+use datafusion::common::TableReference;
 use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::Expr;
 
 use super::{CommandTable, at_most, string_arg};
+use crate::catalog::Icestage;
+use crate::ingest::rejects::CopyReject;
 use crate::pipe::PipeName;
 use crate::plan::Command;
+use crate::rows::ResultRow;
 
 /// `pipes()`: every pipe of every catalog.
 #[derive(Debug)]
@@ -31,5 +36,30 @@ impl TableFunctionImpl for PipeStatusFunc {
         at_most(args, 1, "pipe_status", signature)?;
         let name = PipeName::parse(&string_arg(args, 0, "pipe_status", signature)?)?;
         Ok(CommandTable::of(Command::PipeStatus { name }))
+    }
+}
+
+/// `copy_rejects('<table>')`: the rows `COPY INTO` (and pipes) rejected
+/// with `on_error = 'continue'`, newest first.
+#[derive(Debug)]
+pub(crate) struct CopyRejectsFunc;
+
+impl TableFunctionImpl for CopyRejectsFunc {
+    fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
+        let signature = "copy_rejects('<namespace>.<table>')";
+        at_most(args, 1, "copy_rejects", signature)?;
+        let table = string_arg(args, 0, "copy_rejects", signature)?;
+        Ok(CommandTable::new(
+            CopyReject::schema(),
+            Arc::new(move |state| {
+                let icestage = Icestage::from_config(state.config())?;
+                let (catalog, table) =
+                    icestage.resolve(state, &TableReference::from(table.as_str()))?;
+                Ok(Command::CopyRejects {
+                    catalog: catalog.name().to_string(),
+                    table,
+                })
+            }),
+        ))
     }
 }

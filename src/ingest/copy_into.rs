@@ -19,27 +19,34 @@ use chrono::Utc;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::arrow::datatypes::{Field, FieldRef, Schema as ArrowSchema};
 use datafusion::error::DataFusionError;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::expr::Reference;
-use iceberg::spec::{DataFile, Datum, NestedField, PrimitiveType, Schema, Type};
+use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, TableMetadataBuilder, Type};
 use iceberg::table::Table;
-use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{Catalog, TableCreation, TableIdent};
+use object_store::ObjectStoreExt;
 
-use super::options::{Format, OnError, SourceOptions};
+use super::options::{
+    Format, MatchByName, OnError, SchemaEvolution, SourceOptions, ValidationMode,
+};
 use super::read::Source;
+use super::records::Rejected;
+use super::rejects::{CopyError, CopyPreview};
+use super::shape::{RESCUED, evolved, extras, hive_columns, offered as offered_columns};
 use super::source::select;
 pub(crate) use super::source::{Access, SourceFile};
-use super::write::copy_file;
+use super::write::{Copying, Written};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::{Evidence, append_once_guarded};
 use crate::catalog::insert::append_rows;
-use crate::catalog::scoped::LoadCheck;
+use crate::catalog::scoped::{LoadCheck, with_current_schema};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::rows::{Value, result_row};
 use crate::session::CommandContext;
-use crate::session::log::ICESTAGE_NAMESPACE;
+use crate::session::log::icestage_table;
 use crate::session::{failpoint, is_missing};
 use crate::tables::ddl::iceberg_schema;
 
@@ -49,10 +56,7 @@ pub const SNAPSHOT_COPY_ID: &str = "icestage.copy-id";
 pub const COPY_LOG_TABLE: &str = "copy_log";
 
 fn log_ident() -> TableIdent {
-    TableIdent::new(
-        NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()),
-        COPY_LOG_TABLE.to_string(),
-    )
+    icestage_table(COPY_LOG_TABLE)
 }
 
 fn log_schema() -> Result<Schema> {
@@ -294,22 +298,54 @@ pub(crate) async fn mark_committed(
     append_rows(catalog, &table, &rows).await
 }
 
-/// The table `ident`, created from `source`'s columns when missing.
+/// The columns a new target takes from its first file: the file's own,
+/// its extras, and `_rescued_data` when the copy rescues.
+fn creation_schema(offered: &[FieldRef], options: &SourceOptions) -> Result<Schema> {
+    let mut fields: Vec<FieldRef> = offered.to_vec();
+    if options.schema_evolution == SchemaEvolution::Rescue
+        && !fields.iter().any(|f| f.name() == RESCUED)
+    {
+        fields.push(Arc::new(Field::new(RESCUED, DataType::Utf8, true)));
+    }
+    iceberg_schema(&ArrowSchema::new(fields))
+}
+
+/// The table `ident`, created with `schema` when missing (or, when
+/// `transient`, only described: a validation creates nothing).
 async fn target_table(
     catalog: &IcebergCatalog,
     ident: &TableIdent,
-    source: &Source,
+    schema: Schema,
+    transient: bool,
 ) -> Result<(Table, bool)> {
     match catalog.catalog().load_table(ident).await {
         Ok(table) => return Ok((table, false)),
         Err(e) if is_missing(&e) => {}
         Err(e) => return Err(e.into()),
     }
-    catalog.ensure_namespace(ident.namespace()).await?;
     let creation = TableCreation::builder()
         .name(ident.name().to_string())
-        .schema(iceberg_schema(&source.schema)?)
+        .location(format!("file:///icestage-validation/{}", ident.name()))
+        .schema(schema)
         .build();
+    if transient {
+        let metadata = TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata;
+        let table = Table::builder()
+            .metadata(metadata)
+            .identifier(ident.clone())
+            .file_io(iceberg::io::FileIO::new_with_memory())
+            .runtime(iceberg::Runtime::current())
+            .readonly(true)
+            .build()?;
+        return Ok((table, false));
+    }
+    let creation = TableCreation {
+        location: None,
+        ..creation
+    };
+    catalog.ensure_namespace(ident.namespace()).await?;
     Ok((
         catalog
             .catalog()
@@ -325,11 +361,11 @@ pub(crate) async fn copy_into(
     ident: &TableIdent,
     uri: &str,
     options: &SourceOptions,
-) -> Result<CopyReport> {
+) -> Result<CopyRun> {
     let catalog = ctx.icestage.catalog(catalog)?;
     let access = Access::open(uri, options).await?;
     let (files, format) = select(&access, uri, options).await?;
-    let run = copy_files(
+    copy_files(
         catalog,
         ident,
         &access,
@@ -340,11 +376,11 @@ pub(crate) async fn copy_into(
         ctx.progress(),
         crate::cluster::of_options(&ctx.options)?.as_ref(),
     )
-    .await?;
-    Ok(run.report)
+    .await
 }
 
-/// A file `COPY INTO` (with `on_error = 'skip_file'`) left out.
+/// A file `COPY INTO` (with `on_error = 'skip_file'` or `'continue'`) left
+/// out.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct FailedFile {
     pub(crate) uri: String,
@@ -356,19 +392,25 @@ pub(crate) struct FailedFile {
 #[derive(Debug)]
 pub(crate) struct CopyRun {
     pub(crate) report: CopyReport,
-    /// Files that could not be loaded (only with `on_error = 'skip_file'`).
+    /// Files that could not be loaded (only with `on_error = 'skip_file'`
+    /// or `'continue'`).
     pub(crate) failed: Vec<FailedFile>,
     /// The files as they were when this run decided to load them.
     pub(crate) loaded: Vec<SourceFile>,
+    /// With `validation_mode`: what the run found, in place of a load.
+    pub(crate) validation: Option<Validation>,
+}
+
+/// What a `COPY INTO` with `validation_mode` answers.
+#[derive(Debug)]
+pub(crate) enum Validation {
+    Errors(Vec<CopyError>),
+    Rows(Vec<CopyPreview>),
 }
 
 /// How many failed files a report names.
 const NAMED_FAILURES: usize = 5;
 
-/// Loads `files` (found under `access`, all of `format`) into `ident`: the
-/// files not loaded before, leaving out those in `failed_before` that did
-/// not change since they failed. With a `cluster`, its executors read and
-/// write the files; the log and the commit stay here.
 /// Drops `ident` if it holds no snapshot; whether it did.
 async fn drop_if_empty(catalog: &IcebergCatalog, ident: &TableIdent) -> bool {
     let empty = catalog
@@ -379,7 +421,38 @@ async fn drop_if_empty(catalog: &IcebergCatalog, ident: &TableIdent) -> bool {
     empty && catalog.catalog().drop_table(ident).await.is_ok()
 }
 
-/// A table this run creates goes again when the run loads nothing into it.
+/// Whether `options` ask for what only a local copy does (row-level
+/// errors, evolution, path and metadata columns, validation, purge).
+fn local_only(options: &SourceOptions) -> Option<&'static str> {
+    [
+        (
+            options.on_error == OnError::Continue,
+            "on_error = 'continue'",
+        ),
+        (
+            options.schema_evolution != SchemaEvolution::Fail,
+            "schema_evolution",
+        ),
+        (options.validation_mode.is_some(), "validation_mode"),
+        (options.hive_partitioning, "hive_partitioning"),
+        (options.include_metadata, "include_metadata"),
+        (options.purge, "purge"),
+        (
+            options
+                .match_by_column_name
+                .is_some_and(|m| m != MatchByName::CaseSensitive),
+            "match_by_column_name",
+        ),
+    ]
+    .into_iter()
+    .find_map(|(set, name)| set.then_some(name))
+}
+
+/// Loads `files` (found under `access`, all of `format`) into `ident`: the
+/// files not loaded before, leaving out those in `failed_before` that did
+/// not change since they failed. With a `cluster`, its executors read and
+/// write the files; the log and the commit stay here. A table this run
+/// creates goes again when the run loads nothing into it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn copy_files(
     catalog: &IcebergCatalog,
@@ -392,6 +465,15 @@ pub(crate) async fn copy_files(
     progress: Arc<dyn crate::progress::Progress>,
     cluster: Option<&Cluster>,
 ) -> Result<CopyRun> {
+    if cluster.is_some()
+        && let Some(option) = local_only(options)
+    {
+        return Err(Error::NotSupported(format!(
+            "COPY INTO with {option} runs on this process, not on a cluster: RESET \
+             icestage.cluster for this statement"
+        )));
+    }
+    let validating = options.validation_mode.is_some();
     let existing = match catalog.catalog().load_table(ident).await {
         Ok(table) => Some(table),
         Err(e) if is_missing(&e) => None,
@@ -410,7 +492,7 @@ pub(crate) async fn copy_files(
             continue;
         }
         match loaded.get(&file.uri) {
-            _ if options.force => to_load.push(file),
+            _ if options.force || validating => to_load.push(file),
             None => to_load.push(file),
             Some(before) if *before == now => skipped += 1,
             Some(_) => changed.push(file.uri.clone()),
@@ -433,20 +515,24 @@ pub(crate) async fn copy_files(
         files_changed: changed.len() as i64,
         files_failed: 0,
         rows: 0,
+        rows_rejected: 0,
         snapshot_id: None,
         table_created: false,
         message: format!("nothing new to load into {name}{changed_note}"),
         ran_on: crate::cluster::ran_on(cluster),
+        files_purged: 0,
+    };
+    let nothing = |report: CopyReport, failed: Vec<FailedFile>| CopyRun {
+        report,
+        failed,
+        loaded: vec![],
+        validation: None,
     };
     if to_load.is_empty() {
-        return Ok(CopyRun {
-            report,
-            failed: vec![],
-            loaded: vec![],
-        });
+        return Ok(nothing(report, vec![]));
     }
 
-    let skip_failed = options.on_error == OnError::SkipFile;
+    let skip_failed = matches!(options.on_error, OnError::SkipFile | OnError::Continue);
     let mut failed: Vec<FailedFile> = vec![];
     let fail = |file: &SourceFile, error: Error| FailedFile {
         uri: file.uri.clone(),
@@ -457,45 +543,89 @@ pub(crate) async fn copy_files(
         to_load.len() as u64,
         to_load.iter().map(|f| f.meta.size).sum(),
     );
-    // A new table takes the columns of the first file that opens.
-    let mut opened: Option<(usize, Arc<Source>)> = None;
+    let hive = if options.hive_partitioning {
+        hive_columns(access, &to_load)
+    } else {
+        vec![]
+    };
+    // A new table takes the columns of the first file that opens; a copy
+    // that evolves the target's schema opens every file first, to add all
+    // their new columns in its one commit.
+    let open_all = options.schema_evolution != SchemaEvolution::Fail;
+    let mut opened: Vec<Option<Arc<Source>>> = vec![None; to_load.len()];
+    let mut unreadable = HashSet::new();
+    if existing.is_none() || open_all {
+        for (n, file) in to_load.iter().enumerate() {
+            match Source::of_files(access.clone(), vec![file.clone()], format, options).await {
+                Ok(source) => {
+                    opened[n] = Some(Arc::new(source));
+                    if !open_all {
+                        break;
+                    }
+                }
+                Err(e) if skip_failed || validating => {
+                    unreadable.insert(n);
+                    failed.push(fail(file, e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let offered: Vec<(String, Vec<FieldRef>, usize)> = to_load
+        .iter()
+        .zip(&opened)
+        .filter_map(|(file, source)| source.as_ref().map(|s| (file, s)))
+        .map(|(file, source)| {
+            let extras = extras(access, file, options, &hive)?;
+            Ok((
+                file.uri.clone(),
+                offered_columns(&source.schema, &extras),
+                source.schema.fields().len(),
+            ))
+        })
+        .collect::<Result<_>>()?;
     let (target, created) = match existing {
         Some(table) => (table, false),
         None => {
-            for (n, file) in to_load.iter().enumerate() {
-                match Source::of_files(access.clone(), vec![file.clone()], format, options).await {
-                    Ok(source) => {
-                        opened = Some((n, Arc::new(source)));
-                        break;
-                    }
-                    Err(e) if skip_failed => failed.push(fail(file, e)),
-                    Err(e) => return Err(e),
-                }
-            }
-            let Some((_, first)) = &opened else {
+            let Some((_, first, _)) = offered.first() else {
                 report.files_failed = failed.len() as i64;
                 report.message = failed_message(&name, &failed, "no file could be read");
-                return Ok(CopyRun {
-                    report,
-                    failed,
-                    loaded: vec![],
-                });
+                return Ok(finish_validation(nothing(report, failed), options));
             };
-            target_table(catalog, ident, first).await?
+            target_table(catalog, ident, creation_schema(first, options)?, validating).await?
         }
     };
+    let evolved = evolved(&target, &offered, options, format)?;
+    let copying = Copying {
+        target: match &evolved {
+            Some(schema) => with_current_schema(&target, schema)?,
+            None => target.clone(),
+        },
+        access: access.clone(),
+        format,
+        options: options.clone(),
+        hive,
+    };
+    if let Some(mode) = options.validation_mode {
+        let found = validate(&copying, &to_load, &opened, &unreadable, mode).await;
+        progress.finish();
+        let mut run = nothing(report, failed);
+        run.validation = Some(found?);
+        return Ok(finish_validation(run, options));
+    }
     let mut run = async {
     let copy_id = uuid::Uuid::new_v4().to_string();
-    let skip = opened.as_ref().map_or(0, |(n, _)| *n);
     let mut data_files = vec![];
     let mut rows = 0i64;
+    let mut rejected: Vec<Rejected> = vec![];
     let mut done = vec![];
-    let mut record = |file: SourceFile, written: Result<Vec<DataFile>>| -> Result<()> {
+    let mut record = |file: SourceFile, written: Result<Written>| -> Result<()> {
         progress.advance(1, file.meta.size);
         match written {
             Ok(written) => {
-                rows += written.iter().map(|f| f.record_count() as i64).sum::<i64>();
-                data_files.extend(written);
+                rows += written.files.iter().map(|f| f.record_count() as i64).sum::<i64>();
+                data_files.extend(written.files);
+                rejected.extend(written.rejected);
                 done.push(file);
             }
             Err(e) if skip_failed => failed.push(fail(&file, e)),
@@ -505,7 +635,8 @@ pub(crate) async fn copy_files(
             Err(e) => {
                 return Err(Error::invalid(format!(
                     "{}: {}; nothing was loaded (WITH (on_error = 'skip_file') loads the other \
-                     files and reports this one)",
+                     files and reports this one; on_error = 'continue' also loads the good rows \
+                     of a file with malformed ones)",
                     file.uri,
                     e.user_message()
                 )));
@@ -513,17 +644,28 @@ pub(crate) async fn copy_files(
         }
         Ok(())
     };
+    let pending: Vec<(usize, SourceFile)> = to_load
+        .iter()
+        .cloned()
+        .enumerate()
+        .filter(|(n, _)| !unreadable.contains(n))
+        .collect();
     match cluster {
         #[cfg(feature = "cluster")]
         Some(cluster) => {
-            let numbered = to_load.iter().cloned().enumerate().skip(skip).collect();
             let prefix = format!("icestage-copy-{copy_id}");
             let copied = super::distribute::copy_on_cluster(
-                cluster, access, options, format, &target, &prefix, numbered,
+                cluster, access, options, format, &target, &prefix, pending,
             )
             .await?;
             for (file, written) in copied {
-                record(file, written)?;
+                record(
+                    file,
+                    written.map(|files| Written {
+                        files,
+                        rejected: vec![],
+                    }),
+                )?;
             }
         }
         #[cfg(not(feature = "cluster"))]
@@ -533,25 +675,26 @@ pub(crate) async fn copy_files(
             // as there are cores; each streams, so memory grows with that
             // count only.
             let parallel = std::thread::available_parallelism().map_or(1, usize::from);
-            let mut copies = futures::stream::iter(to_load.iter().cloned().enumerate().skip(skip))
+            let mut copies = futures::stream::iter(pending)
                 .map(|(n, file)| {
-                    let ready = opened
-                        .as_ref()
-                        .filter(|(first, _)| *first == n)
-                        .map(|(_, source)| Arc::clone(source));
-                    let (access, target, options) =
-                        (access.clone(), target.clone(), options.clone());
+                    let ready = opened[n].clone();
+                    let copying = copying.clone();
                     let prefix = format!("icestage-copy-{copy_id}-{n:05}");
                     tokio::spawn(async move {
                         let written = async {
                             let source = match ready {
                                 Some(source) => source,
                                 None => Arc::new(
-                                    Source::of_files(access, vec![file.clone()], format, &options)
-                                        .await?,
+                                    Source::of_files(
+                                        copying.access.clone(),
+                                        vec![file.clone()],
+                                        copying.format,
+                                        &copying.options,
+                                    )
+                                    .await?,
                                 ),
                             };
-                            copy_file(&target, source, &prefix).await
+                            copying.copy_file(source, &prefix).await
                         }
                         .await;
                         (file, written)
@@ -570,13 +713,10 @@ pub(crate) async fn copy_files(
     if done.is_empty() {
         progress.finish();
         report.message = failed_message(&name, &failed, "nothing was loaded");
-        return Ok(CopyRun {
-            report,
-            failed,
-            loaded: vec![],
-        });
+        return Ok(nothing(report, failed));
     }
     log_rows(catalog, &name, &copy_id, "pending", &done).await?;
+    super::rejects::record(catalog, &name, &copy_id, &rejected).await?;
     failpoint("copy.before-commit");
     let guard = not_loaded_meanwhile(
         Arc::clone(catalog.catalog()),
@@ -590,6 +730,7 @@ pub(crate) async fn copy_files(
         data_files,
         Evidence::new(SNAPSHOT_COPY_ID, &copy_id),
         Some(guard),
+        evolved,
     )
     .await
     {
@@ -605,14 +746,29 @@ pub(crate) async fn copy_files(
     };
     failpoint("copy.after-commit");
     log_rows(catalog, &name, &copy_id, "committed", &[]).await?;
+    let purged = if options.purge {
+        purge(access, &done).await
+    } else {
+        (0, String::new())
+    };
     progress.finish();
     report.files_loaded = done.len() as i64;
     report.rows = rows;
+    report.rows_rejected = rejected.len() as i64;
+    report.files_purged = purged.0;
     report.snapshot_id = Some(snapshot_id);
     report.message = format!(
-        "loaded {} file(s), {rows} row(s) into {name}{}{changed_note}{}",
+        "loaded {} file(s), {rows} row(s) into {name}{}{}{changed_note}{}{}",
         done.len(),
         if created { " (created)" } else { "" },
+        if rejected.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} malformed row(s) rejected: SELECT * FROM copy_rejects('{name}') lists them",
+                rejected.len()
+            )
+        },
         if failed.is_empty() {
             String::new()
         } else {
@@ -620,12 +776,14 @@ pub(crate) async fn copy_files(
                 "; {}",
                 failed_message(&name, &failed, "the rest was loaded")
             )
-        }
+        },
+        purged.1
     );
     Ok(CopyRun {
         report,
         failed,
         loaded: done,
+        validation: None,
     })
     }
     .await;
@@ -638,6 +796,166 @@ pub(crate) async fn copy_files(
         run.report.table_created = false;
     }
     run
+}
+
+/// A validation's answer with the files that could not be opened as
+/// errors of their own.
+fn finish_validation(mut run: CopyRun, options: &SourceOptions) -> CopyRun {
+    let Some(mode) = options.validation_mode else {
+        return run;
+    };
+    let whole: Vec<CopyError> = run
+        .failed
+        .iter()
+        .map(|f| CopyError {
+            file: f.uri.clone(),
+            line: None,
+            column: None,
+            error: f.error.clone(),
+            record: None,
+        })
+        .collect();
+    run.validation = Some(match (run.validation.take(), mode) {
+        (Some(Validation::Errors(errors)), _) => {
+            Validation::Errors(whole.into_iter().chain(errors).collect())
+        }
+        (Some(rows), _) => rows,
+        (None, ValidationMode::ReturnErrors) => Validation::Errors(whole),
+        (None, ValidationMode::ReturnRows(_)) => Validation::Rows(vec![]),
+    });
+    run
+}
+
+/// Reads `files` as a load would and answers what it finds; writes nothing.
+async fn validate(
+    copying: &Copying,
+    files: &[SourceFile],
+    opened: &[Option<Arc<Source>>],
+    unreadable: &HashSet<usize>,
+    mode: ValidationMode,
+) -> Result<Validation> {
+    let mut errors: Vec<CopyError> = vec![];
+    let mut preview: Vec<CopyPreview> = vec![];
+    for (n, file) in files.iter().enumerate() {
+        if unreadable.contains(&n) {
+            continue;
+        }
+        let whole = |e: Error| CopyError {
+            file: file.uri.clone(),
+            line: None,
+            column: None,
+            error: e.user_message(),
+            record: None,
+        };
+        let source = match &opened[n] {
+            Some(source) => Arc::clone(source),
+            None => match Source::of_files(
+                copying.access.clone(),
+                vec![file.clone()],
+                copying.format,
+                &copying.options,
+            )
+            .await
+            {
+                Ok(source) => Arc::new(source),
+                Err(e) => {
+                    errors.push(whole(e));
+                    continue;
+                }
+            },
+        };
+        let (mut rows, rejections) = match copying.rows(source).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                errors.push(whole(e));
+                continue;
+            }
+        };
+        let mut failed = None;
+        while let Some(batch) = rows.next().await {
+            match batch {
+                Ok(batch) => {
+                    if let ValidationMode::ReturnRows(limit) = mode {
+                        for row in json_rows(&batch)? {
+                            if preview.len() < limit {
+                                preview.push(CopyPreview {
+                                    file: file.uri.clone(),
+                                    row,
+                                });
+                            }
+                        }
+                        if preview.len() >= limit {
+                            break;
+                        }
+                    }
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        errors.extend(
+            std::mem::take(&mut *rejections.lock().expect("rejections"))
+                .into_iter()
+                .map(CopyError::from),
+        );
+        if let Some(e) = failed {
+            errors.push(whole(e));
+        }
+        if let ValidationMode::ReturnRows(limit) = mode
+            && preview.len() >= limit
+        {
+            break;
+        }
+    }
+    Ok(match mode {
+        ValidationMode::ReturnErrors => Validation::Errors(errors),
+        ValidationMode::ReturnRows(_) => Validation::Rows(preview),
+    })
+}
+
+/// The rows of `batch` as JSON objects, keys in the table's column order.
+fn json_rows(batch: &RecordBatch) -> Result<Vec<String>> {
+    let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(Vec::new());
+    writer.write(batch)?;
+    writer.finish()?;
+    let text = String::from_utf8(writer.into_inner())
+        .map_err(|e| Error::internal(format!("rows as JSON: {e}")))?;
+    Ok(text.lines().map(str::to_string).collect())
+}
+
+/// Deletes the source `files` a copy loaded (after its commit): how many
+/// went, and a note naming those that could not be deleted. A failed
+/// delete is reported, not retried: the file stays loaded once.
+async fn purge(access: &Access, files: &[SourceFile]) -> (i64, String) {
+    let mut purged = 0i64;
+    let mut kept = vec![];
+    for file in files {
+        match access.store.delete(&file.meta.location).await {
+            Ok(()) => purged += 1,
+            Err(e) => kept.push(format!(
+                "{}: {}",
+                file.uri,
+                access.storage_error(e).user_message()
+            )),
+        }
+    }
+    let note = if kept.is_empty() {
+        format!("; purged {purged} source file(s)")
+    } else {
+        format!(
+            "; purged {purged} source file(s); {} could not be deleted and stay loaded ({}): \
+             delete them yourself, or give the credentials s3:DeleteObject",
+            kept.len(),
+            kept.iter()
+                .take(NAMED_FAILURES)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
+    (purged, note)
 }
 
 /// `<n> file(s) failed (<uri>: <error>; ...)`, naming the first few.
@@ -676,6 +994,9 @@ result_row! {
         pub files_failed: i64,
         /// Rows loaded.
         pub rows: i64,
+        /// Malformed rows rejected (with `on_error = 'continue'`): see
+        /// `copy_rejects('<table>')`.
+        pub rows_rejected: i64,
         /// The table's snapshot holding them (none when nothing was new).
         pub snapshot_id: Option<i64>,
         /// Whether the statement created the table.
@@ -684,5 +1005,29 @@ result_row! {
         pub message: String,
         /// Where the files were read and written: `local`, or the cluster's URL.
         pub ran_on: String,
+        /// Source files deleted after the load (with `purge = true`).
+        pub files_purged: i64,
     }
+}
+
+/// `copy_rejects('<table>')`: the rows copies into `table` rejected,
+/// newest first.
+pub(crate) async fn rejects_of(
+    ctx: &CommandContext,
+    catalog: &str,
+    table: &TableIdent,
+) -> Result<Vec<super::rejects::CopyReject>> {
+    let catalog = ctx.icestage.catalog(catalog)?;
+    let target = catalog.catalog().load_table(table).await.map_err(|e| {
+        if is_missing(&e) {
+            Error::TableNotFound {
+                table: table.to_string(),
+                hint: ": copy_rejects takes the table a COPY INTO loaded".to_string(),
+            }
+        } else {
+            e.into()
+        }
+    })?;
+    let (_, proven) = loaded_files(catalog, &target).await?;
+    super::rejects::list(catalog, &target.identifier().to_string(), &proven).await
 }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::options::{Format, READ_OPTIONS, SourceOptions};
 use super::read::Source;
 use super::source::{Access, SourceFile, files_at};
-use super::write::copy_file;
+use super::write::Copying;
 use crate::cluster::{
     Answer, Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_for_items, share,
 };
@@ -74,7 +74,14 @@ impl CopyJob {
             .ok_or_else(|| Error::invalid(format!("{key} is gone from {}", self.uri)))?;
         let source = Source::of_files(access.clone(), vec![file.clone()], format, options).await?;
         let prefix = format!("{}-{n:05}-{}", self.prefix, uuid::Uuid::new_v4().simple());
-        let written = copy_file(target, Arc::new(source), &prefix).await?;
+        let copying = Copying {
+            target: target.clone(),
+            access: access.clone(),
+            format,
+            options: options.clone(),
+            hive: vec![],
+        };
+        let written = copying.copy_file(Arc::new(source), &prefix).await?.files;
         let metadata = target.metadata();
         let partition_type = metadata
             .default_partition_spec()

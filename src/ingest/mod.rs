@@ -15,18 +15,24 @@ pub(crate) mod functions;
 pub(crate) mod options;
 pub(crate) mod pages;
 pub(crate) mod read;
+pub(crate) mod records;
+pub(crate) mod rejects;
+pub(crate) mod shape;
 pub(crate) mod source;
 pub(crate) mod store;
 pub(crate) mod write;
 
-pub use options::{Compression, Format, OnError, SourceOptions};
+pub use options::{
+    Compression, Format, MatchByName, OnError, Pattern, SchemaEvolution, SourceOptions,
+    ValidationMode,
+};
 
-/// The options `COPY INTO` takes: those of `read_s3_prefix`, `force` and
-/// `on_error`.
+/// The options `COPY INTO` takes: those of `read_s3_prefix` and
+/// [`options::COPY_ONLY_OPTIONS`].
 pub(crate) fn copy_options() -> Vec<&'static str> {
     options::READ_OPTIONS
         .iter()
+        .chain(options::COPY_ONLY_OPTIONS)
         .copied()
-        .chain(["force", "on_error"])
         .collect()
 }

@@ -126,6 +126,144 @@ pub struct SourceOptions {
     pub force: bool,
     /// `COPY INTO`: what a file that cannot be loaded does to the others.
     pub on_error: OnError,
+    /// How the files' columns meet the target's (`match_by_column_name`);
+    /// `None` for the default: by position for CSV without a header, else
+    /// by name.
+    pub match_by_column_name: Option<MatchByName>,
+    /// `COPY INTO`: what a column the target lacks does.
+    pub schema_evolution: SchemaEvolution,
+    /// `COPY INTO`: check the files and answer what a run would do,
+    /// committing nothing.
+    pub validation_mode: Option<ValidationMode>,
+    /// Only keys (relative to the prefix) matching this are candidates.
+    pub pattern: Option<Pattern>,
+    /// `key=value` path segments under the prefix become columns.
+    pub hive_partitioning: bool,
+    /// `COPY INTO`: add `_file`, `_row` and `_file_modified` columns.
+    pub include_metadata: bool,
+    /// `COPY INTO`: delete the files this copy loaded, after its commit.
+    pub purge: bool,
+}
+
+/// A regular expression over keys (option `pattern`).
+#[derive(Debug, Clone)]
+pub struct Pattern(regex::Regex);
+
+impl Pattern {
+    fn parse(text: &str) -> Result<Self> {
+        regex::RegexBuilder::new(text)
+            .size_limit(1 << 20)
+            .build()
+            .map(Self)
+            .map_err(|e| {
+                Error::invalid(format!(
+                    "pattern = '{text}' is not a regular expression ({}): write one that matches \
+                     keys relative to the prefix, e.g. '.*[.]csv' or 'orders/.*'",
+                    e.to_string().lines().last().unwrap_or_default().trim()
+                ))
+            })
+    }
+
+    /// Whether `key` (relative to the prefix) is a candidate: the whole key
+    /// matches, as Snowflake's `PATTERN` does.
+    pub(crate) fn matches(&self, key: &str) -> bool {
+        self.0
+            .find(key)
+            .is_some_and(|m| m.start() == 0 && m.end() == key.len())
+    }
+
+    /// The expression as written.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+/// How the columns of a file are matched to the target's (option
+/// `match_by_column_name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchByName {
+    /// Names must be equal.
+    CaseSensitive,
+    /// Names are equal ignoring ASCII case.
+    CaseInsensitive,
+    /// By position: the file's n-th column is the target's n-th.
+    None,
+}
+
+impl MatchByName {
+    fn parse(text: &str) -> Result<Self> {
+        match text.to_ascii_lowercase().as_str() {
+            "case_sensitive" => Ok(Self::CaseSensitive),
+            "case_insensitive" => Ok(Self::CaseInsensitive),
+            "none" => Ok(Self::None),
+            other => Err(Error::invalid(format!(
+                "match_by_column_name = '{other}' is not a choice: use 'case_sensitive', \
+                 'case_insensitive' or 'none' (by position)"
+            ))),
+        }
+    }
+}
+
+/// What `COPY INTO` does with a column the target lacks (option
+/// `schema_evolution`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SchemaEvolution {
+    /// The file fails, naming the column.
+    #[default]
+    Fail,
+    /// The column is added to the target (optional, a new field id), in
+    /// the commit that lands the rows; narrower target types are widened.
+    AddColumns,
+    /// Values of unknown columns, and values that do not parse as their
+    /// column's type, go to a `_rescued_data` column (a JSON object).
+    Rescue,
+}
+
+impl SchemaEvolution {
+    fn parse(text: &str) -> Result<Self> {
+        match text.to_ascii_lowercase().as_str() {
+            "fail" => Ok(Self::Fail),
+            "add_columns" => Ok(Self::AddColumns),
+            "rescue" => Ok(Self::Rescue),
+            other => Err(Error::invalid(format!(
+                "schema_evolution = '{other}' is not a choice: use 'fail' (a new column fails the \
+                 file), 'add_columns' (add it to the table) or 'rescue' (keep its values in \
+                 _rescued_data)"
+            ))),
+        }
+    }
+}
+
+/// What a `COPY INTO` with `validation_mode` answers instead of loading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValidationMode {
+    /// One row per error: file, line, column, error, raw record.
+    ReturnErrors,
+    /// The first n rows as they would load.
+    ReturnRows(usize),
+}
+
+/// The most rows `validation_mode = 'return_<n>_rows'` answers.
+const MAX_RETURNED_ROWS: usize = 100_000;
+
+impl ValidationMode {
+    fn parse(text: &str) -> Result<Self> {
+        let lower = text.to_ascii_lowercase();
+        if lower == "return_errors" {
+            return Ok(Self::ReturnErrors);
+        }
+        match lower
+            .strip_prefix("return_")
+            .and_then(|rest| rest.strip_suffix("_rows"))
+            .map(str::parse::<usize>)
+        {
+            Some(Ok(n)) if (1..=MAX_RETURNED_ROWS).contains(&n) => Ok(Self::ReturnRows(n)),
+            _ => Err(Error::invalid(format!(
+                "validation_mode = '{text}' is not a choice: use 'return_errors' or \
+                 'return_<n>_rows' with n from 1 to {MAX_RETURNED_ROWS}, e.g. 'return_10_rows'"
+            ))),
+        }
+    }
 }
 
 /// What `COPY INTO` does when one file cannot be read or does not fit the
@@ -137,18 +275,23 @@ pub enum OnError {
     #[default]
     AbortStatement,
     /// The file is left out and reported; the others are loaded
-    /// (`skip_file`, what a pipe does).
+    /// (`skip_file`, what a pipe does by default).
     SkipFile,
+    /// Malformed rows are rejected one by one and recorded (see
+    /// `copy_rejects`); the rest of each file loads (`continue`).
+    Continue,
 }
 
 impl OnError {
     fn parse(text: &str) -> Result<Self> {
         match text.to_ascii_lowercase().as_str() {
             "abort_statement" | "abort" => Ok(Self::AbortStatement),
-            "skip_file" | "continue" => Ok(Self::SkipFile),
+            "skip_file" => Ok(Self::SkipFile),
+            "continue" => Ok(Self::Continue),
             other => Err(Error::invalid(format!(
-                "on_error = '{other}' is not a choice: use 'abort_statement' (load nothing when a file fails) \
-                 or 'skip_file' (load the other files and report the failed ones)"
+                "on_error = '{other}' is not a choice: use 'abort_statement' (load nothing when a file fails), \
+                 'skip_file' (load the other files and report the failed ones) or 'continue' (load \
+                 every good row, record the malformed ones in copy_rejects)"
             ))),
         }
     }
@@ -158,6 +301,7 @@ impl OnError {
         match self {
             Self::AbortStatement => "abort_statement",
             Self::SkipFile => "skip_file",
+            Self::Continue => "continue",
         }
     }
 }
@@ -178,6 +322,19 @@ pub(crate) const READ_OPTIONS: &[&str] = &[
     "session_token",
     "role_arn",
     "external_id",
+    "pattern",
+];
+
+/// The options only `COPY INTO` (and pipes) take, past the reading ones.
+pub(crate) const COPY_ONLY_OPTIONS: &[&str] = &[
+    "force",
+    "on_error",
+    "match_by_column_name",
+    "schema_evolution",
+    "validation_mode",
+    "hive_partitioning",
+    "include_metadata",
+    "purge",
 ];
 
 /// The option names that only reach AWS.
@@ -237,6 +394,10 @@ impl SourceOptions {
             }),
         );
         put("schema", self.schema.clone());
+        put(
+            "pattern",
+            self.pattern.as_ref().map(|p| p.as_str().to_string()),
+        );
         put("region", self.region.clone());
         put("endpoint", self.endpoint.clone());
         put("sts_endpoint", self.sts_endpoint.clone());
@@ -306,6 +467,15 @@ impl SourceOptions {
                 "external_id" => options.external_id = text(),
                 "force" => options.force = parse_bool(&name, value)?,
                 "on_error" => options.on_error = OnError::parse(value)?,
+                "match_by_column_name" => {
+                    options.match_by_column_name = Some(MatchByName::parse(value)?)
+                }
+                "schema_evolution" => options.schema_evolution = SchemaEvolution::parse(value)?,
+                "validation_mode" => options.validation_mode = Some(ValidationMode::parse(value)?),
+                "pattern" => options.pattern = Some(Pattern::parse(value)?),
+                "hive_partitioning" => options.hive_partitioning = parse_bool(&name, value)?,
+                "include_metadata" => options.include_metadata = parse_bool(&name, value)?,
+                "purge" => options.purge = parse_bool(&name, value)?,
                 _ => unreachable!("checked against accepted"),
             }
         }

@@ -398,6 +398,41 @@ fn is_candidate(meta: &ObjectMeta) -> bool {
 
 /// The files to read under `access`, after the ambiguous-prefix guard, and
 /// their common format.
+impl Access {
+    /// `location`'s key relative to the prefix (the whole key when it is
+    /// not under it).
+    pub(crate) fn relative_key(&self, location: &object_store::path::Path) -> String {
+        let base = match &self.location {
+            Location::S3 { prefix, .. } => prefix.trim_end_matches('/').to_string(),
+            Location::Local { path } => path
+                .to_string_lossy()
+                .trim_start_matches('/')
+                .trim_end_matches('/')
+                .to_string(),
+        };
+        let key = location.to_string();
+        key.strip_prefix(&base)
+            .map(|r| r.trim_start_matches('/').to_string())
+            .filter(|r| !r.is_empty())
+            .unwrap_or(key)
+    }
+
+    /// `files` with only those whose key matches `options.pattern`.
+    pub(crate) fn matching(
+        &self,
+        files: Vec<SourceFile>,
+        options: &SourceOptions,
+    ) -> Vec<SourceFile> {
+        match &options.pattern {
+            Some(pattern) => files
+                .into_iter()
+                .filter(|f| pattern.matches(&self.relative_key(&f.meta.location)))
+                .collect(),
+            None => files,
+        }
+    }
+}
+
 pub(crate) async fn select(
     access: &Access,
     uri: &str,
@@ -405,20 +440,25 @@ pub(crate) async fn select(
 ) -> Result<(Vec<SourceFile>, Format)> {
     let listed = access.list().await?;
     let candidates: Vec<&ObjectMeta> = listed.iter().filter(|m| is_candidate(m)).collect();
-    let base = match &access.location {
-        Location::S3 { prefix, .. } => prefix.trim_end_matches('/').to_string(),
-        Location::Local { path } => path
-            .to_string_lossy()
-            .trim_start_matches('/')
-            .trim_end_matches('/')
-            .to_string(),
-    };
-    let relative = |meta: &ObjectMeta| {
-        let key = meta.location.to_string();
-        key.strip_prefix(&base)
-            .map(|r| r.trim_start_matches('/').to_string())
-            .filter(|r| !r.is_empty())
-            .unwrap_or(key)
+    let relative = |meta: &ObjectMeta| access.relative_key(&meta.location);
+    let candidates: Vec<&ObjectMeta> = match &options.pattern {
+        Some(pattern) => {
+            let matching: Vec<&ObjectMeta> = candidates
+                .iter()
+                .copied()
+                .filter(|m| pattern.matches(&relative(m)))
+                .collect();
+            if matching.is_empty() && !candidates.is_empty() {
+                return Err(Error::invalid(format!(
+                    "pattern '{}' matches none of the files under '{uri}' ({}): the pattern must \
+                     match a whole key relative to the prefix, e.g. '.*[.]csv'",
+                    pattern.as_str(),
+                    name_list(candidates.iter().map(|m| relative(m)).collect())
+                )));
+            }
+            matching
+        }
+        None => candidates,
     };
     if candidates.is_empty() {
         return Err(Error::invalid(format!(

@@ -2,105 +2,151 @@
 //! every COPY INTO and pipe run takes per file, here or on a cluster's
 //! executors (`distribute`). A leaf: it imports no file that calls it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::prelude::SessionContext;
-use futures::TryStreamExt;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 
+use super::options::{Format, SourceOptions};
 use super::read::{PrefixTable, Source};
+use super::records::{Rejected, text_rows};
+use super::shape::{Plan, RowErrors, extras};
+use super::source::Access;
 use crate::catalog::writer::write_rows;
 use crate::error::{Error, Result};
 
-/// The staged rows of `source` as the target's columns, checked by name.
-fn projection(target: &Table, source: &Source) -> Result<Vec<String>> {
-    let schema = target.metadata().current_schema();
-    let mut select = vec![];
-    let mut missing = vec![];
-    for field in schema.as_struct().fields() {
-        let quoted = format!("\"{}\"", field.name.replace('"', "\"\""));
-        let arrow_type = iceberg::arrow::type_to_arrow_type(&field.field_type)?;
-        if source.schema.field_with_name(&field.name).is_ok() {
-            select.push(format!(
-                "CAST({quoted} AS {}) AS {quoted}",
-                sql_type(&arrow_type)?
-            ));
-        } else if field.required {
-            missing.push(field.name.clone());
-        } else {
-            select.push(format!(
-                "CAST(NULL AS {}) AS {quoted}",
-                sql_type(&arrow_type)?
-            ));
-        }
-    }
-    if !missing.is_empty() {
-        return Err(Error::invalid(format!(
-            "the files have no column {} that {} requires: the files' columns are {}",
-            missing.join(", "),
-            target.identifier(),
-            source
-                .schema
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    let extra: Vec<String> = source
-        .schema
-        .fields()
-        .iter()
-        .filter(|f| schema.field_by_name(f.name()).is_none())
-        .map(|f| f.name().clone())
-        .collect();
-    if !extra.is_empty() {
-        return Err(Error::invalid(format!(
-            "the files have column(s) {} that {} lacks: add them to the table, or load into a new table",
-            extra.join(", "),
-            target.identifier()
-        )));
-    }
-    Ok(select)
+/// The most rows of one file a copy rejects; past it the whole file fails
+/// (a file that is mostly malformed is the wrong file, not bad rows).
+pub(crate) const MAX_REJECTED_ROWS: usize = 10_000;
+
+/// What every file of one copy shares.
+#[derive(Debug, Clone)]
+pub(crate) struct Copying {
+    /// The target as rows are written to it (with the columns this copy
+    /// adds, when it evolves the schema).
+    pub(crate) target: Table,
+    pub(crate) access: Access,
+    pub(crate) format: Format,
+    pub(crate) options: SourceOptions,
+    /// The Hive partition columns of the copy's files, typed.
+    pub(crate) hive: Vec<(String, DataType)>,
 }
 
-/// The SQL spelling DataFusion casts to for an Arrow type of an Iceberg column.
-fn sql_type(data_type: &DataType) -> Result<String> {
-    Ok(match data_type {
-        DataType::Boolean => "BOOLEAN".into(),
-        DataType::Int32 => "INT".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::Float32 => "REAL".into(),
-        DataType::Float64 => "DOUBLE".into(),
-        DataType::Decimal128(p, s) => format!("DECIMAL({p}, {s})"),
-        DataType::Date32 => "DATE".into(),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
-        DataType::Binary | DataType::LargeBinary => "BYTEA".into(),
-        DataType::Timestamp(_, None) => "TIMESTAMP".into(),
-        DataType::Timestamp(_, Some(_)) => "TIMESTAMP WITH TIME ZONE".into(),
-        other => {
-            return Err(Error::NotSupported(format!(
-                "COPY INTO cannot load columns of type {other} yet: load into a table without them"
-            )));
-        }
-    })
+/// One file's rows written.
+#[derive(Debug)]
+pub(crate) struct Written {
+    pub(crate) files: Vec<DataFile>,
+    /// The rows rejected (with `on_error = 'continue'`).
+    pub(crate) rejected: Vec<Rejected>,
 }
 
-/// Writes the rows of `source` as data files of `target`.
-pub(crate) async fn copy_file(
-    target: &Table,
-    source: Arc<Source>,
-    file_prefix: &str,
-) -> Result<Vec<DataFile>> {
-    let select = projection(target, &source)?;
-    let session = SessionContext::new();
-    session.register_table("source", Arc::new(PrefixTable::new(source)))?;
-    let frame = session
-        .sql(&format!("SELECT {} FROM source", select.join(", ")))
-        .await?;
-    let stream = frame.execute_stream().await?.map_err(Error::from);
-    write_rows(target, file_prefix, stream).await
+/// The rows rejected so far while a file streams.
+type Rejections = Arc<Mutex<Vec<Rejected>>>;
+
+impl Copying {
+    /// The rows of `source` (one file) as the target's, streaming, and
+    /// where its rejected rows gather.
+    pub(crate) async fn rows(
+        &self,
+        source: Arc<Source>,
+    ) -> Result<(BoxStream<'static, Result<RecordBatch>>, Rejections)> {
+        let file = source
+            .files
+            .first()
+            .cloned()
+            .ok_or_else(|| Error::internal("a copy of no file"))?;
+        let extras = extras(&self.access, &file, &self.options, &self.hive)?;
+        let plan = Arc::new(Plan::new(
+            &self.target,
+            &file,
+            &source.schema,
+            extras,
+            &self.options,
+            self.format,
+        )?);
+        let rejections: Rejections = Arc::default();
+        let errors = RowErrors::of(&self.options);
+        let too_many = |uri: &str| {
+            Error::invalid(format!(
+                "more than {MAX_REJECTED_ROWS} rows of {uri} are malformed: the file is not \
+                 loaded; check it with validation_mode = 'return_errors'"
+            ))
+        };
+        let stream: BoxStream<'static, Result<RecordBatch>> =
+            if errors.row_by_row() && matches!(self.format, Format::Csv | Format::Json) {
+                let names = source
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect();
+                let rejected = Arc::clone(&rejections);
+                let uri = file.uri.clone();
+                text_rows(&self.access, &file, self.format, &self.options, names)
+                    .map(move |rows| {
+                        let rows = rows?;
+                        let (batch, more) =
+                            plan.apply(&rows.batch, 0, Some(&rows.lines), Some(&rows.records))?;
+                        let mut rejected = rejected.lock().expect("rejections");
+                        rejected.extend(rows.rejected);
+                        rejected.extend(more);
+                        if rejected.len() > MAX_REJECTED_ROWS {
+                            return Err(too_many(&uri));
+                        }
+                        Ok(batch)
+                    })
+                    .boxed()
+            } else {
+                // Row numbers and metadata columns need the file's order:
+                // one partition.
+                let mut config = SessionConfig::new();
+                if errors.row_by_row() || self.options.include_metadata {
+                    config = config.with_target_partitions(1);
+                }
+                let session = SessionContext::new_with_config(config);
+                session.register_table("source", Arc::new(PrefixTable::new(source)))?;
+                let rows = session
+                    .sql("SELECT * FROM source")
+                    .await?
+                    .execute_stream()
+                    .await?;
+                let rejected = Arc::clone(&rejections);
+                let uri = file.uri.clone();
+                let mut next_row = 1i64;
+                rows.map(move |batch| {
+                    let batch = batch?;
+                    let first = next_row;
+                    next_row += batch.num_rows() as i64;
+                    let (batch, more) = plan.apply(&batch, first, None, None)?;
+                    if !more.is_empty() {
+                        let mut rejected = rejected.lock().expect("rejections");
+                        rejected.extend(more);
+                        if rejected.len() > MAX_REJECTED_ROWS {
+                            return Err(too_many(&uri));
+                        }
+                    }
+                    Ok(batch)
+                })
+                .boxed()
+            };
+        Ok((stream, rejections))
+    }
+
+    /// Writes the rows of `source` (one file) as data files of the target,
+    /// named from `file_prefix`.
+    pub(crate) async fn copy_file(
+        &self,
+        source: Arc<Source>,
+        file_prefix: &str,
+    ) -> Result<Written> {
+        let (rows, rejections) = self.rows(source).await?;
+        let files = write_rows(&self.target, file_prefix, rows.map_err(Error::from)).await?;
+        let rejected = std::mem::take(&mut *rejections.lock().expect("rejections"));
+        Ok(Written { files, rejected })
+    }
 }

@@ -261,7 +261,10 @@ fn refused_copy_option(key: &str) -> Option<&'static str> {
         "force" => {
             Some("a pipe loads each file once: run COPY INTO ... WITH (force = true) to reload")
         }
-        "on_error" => Some("a pipe always skips a file that fails and reports it in pipe_status"),
+        "validation_mode" => Some(
+            "a pipe loads what lands: check the files first with COPY INTO ... WITH \
+             (validation_mode = 'return_errors')",
+        ),
         _ => None,
     }
 }
@@ -279,7 +282,19 @@ fn copy_source_options(pairs: &[(String, String)]) -> Result<SourceOptions> {
     let mut options =
         SourceOptions::from_pairs("COPY INTO", pairs, &crate::ingest::copy_options())?;
     options.all_files = true;
-    options.on_error = OnError::SkipFile;
+    options.on_error = match options.on_error {
+        OnError::Continue => OnError::Continue,
+        OnError::SkipFile => OnError::SkipFile,
+        OnError::AbortStatement if pairs.iter().any(|(k, _)| k == "on_error") => {
+            return Err(Error::invalid(
+                "CREATE PIPE takes on_error = 'skip_file' (the default: a file that fails is \
+                 skipped and reported in pipe_status) or 'continue' (malformed rows are \
+                 rejected one by one), not 'abort_statement': a pipe never stops on one file"
+                    .to_string(),
+            ));
+        }
+        OnError::AbortStatement => OnError::SkipFile,
+    };
     Ok(options)
 }
 

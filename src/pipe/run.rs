@@ -372,6 +372,7 @@ async fn load_new(
     } else {
         None
     };
+    let files = access.matching(files, &options);
     let run = copy_files(
         catalog,
         &pipe.target,

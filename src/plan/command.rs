@@ -19,8 +19,9 @@ use crate::download::create::{CreateDownload, DownloadOpened};
 use crate::download::status::{DownloadDropped, DownloadStatus};
 use crate::error::Result;
 use crate::expiry::{ExpireOptions, SnapshotsExpired, StagingExpired};
-use crate::ingest::SourceOptions;
-use crate::ingest::copy_into::CopyReport;
+use crate::ingest::copy_into::{CopyReport, Validation};
+use crate::ingest::rejects::{CopyError, CopyPreview, CopyReject};
+use crate::ingest::{SourceOptions, ValidationMode};
 use crate::pipe;
 use crate::pipe::run::PipeRun;
 use crate::pipe::{CreatePipe, PipeName, PipeState, PipeStatus};
@@ -100,6 +101,8 @@ pub(crate) enum Command {
         options: Box<SourceOptions>,
         written: Vec<(String, String)>,
     },
+    /// `copy_rejects('<table>')`
+    CopyRejects { catalog: String, table: TableIdent },
     /// `CREATE PIPE ...`
     CreatePipe(Arc<CreatePipe>),
     /// `RUN PIPE <name>`
@@ -150,6 +153,7 @@ impl Command {
             Command::DropConstraint { .. } => "DropConstraint",
             Command::ListConstraints { .. } => "ListConstraints",
             Command::CopyInto { .. } => "CopyInto",
+            Command::CopyRejects { .. } => "CopyRejects",
             Command::CreateDownload(_) => "CreateDownload",
             Command::DownloadStatus { .. } => "DownloadStatus",
             Command::ListDownloads => "ListDownloads",
@@ -185,7 +189,12 @@ impl Command {
             Command::UploadFindings { .. } => UploadFinding::schema(),
             Command::VendCredentials { .. } => SessionCredentials::schema(),
             Command::ListConstraints { .. } => TableConstraint::schema(),
-            Command::CopyInto { .. } => CopyReport::schema(),
+            Command::CopyInto { options, .. } => match options.validation_mode {
+                None => CopyReport::schema(),
+                Some(ValidationMode::ReturnErrors) => CopyError::schema(),
+                Some(ValidationMode::ReturnRows(_)) => CopyPreview::schema(),
+            },
+            Command::CopyRejects { .. } => CopyReject::schema(),
             Command::CreatePipe(_)
             | Command::AlterPipe { .. }
             | Command::ListPipes
@@ -279,8 +288,17 @@ impl Command {
                 options,
                 ..
             } => {
-                one(crate::ingest::copy_into::copy_into(&ctx, catalog, table, uri, options).await?)
+                let run =
+                    crate::ingest::copy_into::copy_into(&ctx, catalog, table, uri, options).await?;
+                match run.validation {
+                    None => one(run.report),
+                    Some(Validation::Errors(errors)) => CopyError::to_batch(&errors),
+                    Some(Validation::Rows(rows)) => CopyPreview::to_batch(&rows),
+                }
             }
+            Command::CopyRejects { catalog, table } => CopyReject::to_batch(
+                &crate::ingest::copy_into::rejects_of(&ctx, catalog, table).await?,
+            ),
             Command::CreatePipe(create) => one(pipe::create(&ctx.icestage, create).await?),
             Command::RunPipe { name } => one(pipe::run::run_pipe(
                 &ctx.icestage,
@@ -430,6 +448,9 @@ impl fmt::Display for Command {
                     write!(f, ", {key}={shown}")?;
                 }
                 Ok(())
+            }
+            Command::CopyRejects { catalog, table } => {
+                write!(f, "CopyRejects: {catalog}.{table}")
             }
             Command::CreatePipe(create) => {
                 write!(

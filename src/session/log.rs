@@ -67,9 +67,14 @@ const STAGING_FIELD: i32 = 4;
 const RECORDED_AT: &str = "recorded_at";
 
 fn log_ident(log: SessionLog) -> TableIdent {
+    icestage_table(log.table)
+}
+
+/// The table `name` of icestage's own namespace.
+pub(crate) fn icestage_table(name: &str) -> TableIdent {
     TableIdent::new(
         NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()),
-        log.table.to_string(),
+        name.to_string(),
     )
 }
 

@@ -170,8 +170,9 @@ fn runnable_sql(page: &str) -> Vec<String> {
 }
 
 /// Files for the prefix and pipe pages' examples on moto's S3, where they
-/// name them: Parquet exports in `s3://landing/exports/` and JSON events in
-/// `s3://landing/events/` (region eu-west-1).
+/// name them: Parquet exports in `s3://landing/exports/`, JSON events in
+/// `s3://landing/events/` and drifting feeds under `s3://landing/feeds/`
+/// (region eu-west-1).
 fn landing_bucket(endpoint: &str) {
     let script = r#"
 import io, sys
@@ -186,6 +187,11 @@ for day in (1, 2):
     s3.put_object(Bucket="landing", Key=f"exports/day-{day}.parquet", Body=out.getvalue())
 s3.put_object(Bucket="landing", Key="events/2026-07-01.json",
               Body=b'{"id": 1, "kind": "click"}\n{"id": 2, "kind": "view"}\n')
+s3.put_object(Bucket="landing", Key="feeds/orders/dt=2026-07-01/a.csv",
+              Body=b"id,name,amount\n1,ann,10.5\n2,bob,20.0\n")
+s3.put_object(Bucket="landing", Key="feeds/orders/dt=2026-07-02/b.csv",
+              Body=b"amount,id,name,channel\n30.0,3,cy,web\nlots,4,dee,app\n")
+s3.put_object(Bucket="landing", Key="feeds/returns/x.json", Body=b'{"id": 1}\n')
 "#;
     let output = std::process::Command::new(crate::common::python())
         .args(["-c", script, endpoint])
@@ -241,17 +247,20 @@ fn the_book_sql_runs_as_written() {
     }
     assert!(ran >= 5, "{ran} blocks ran");
     // What the pages did, seen afterwards: the upload's row promoted, the
-    // exports and events landed once each.
+    // exports and events landed once each, the drifting feed's good rows
+    // landed and its malformed one kept aside.
     let counts = stdout_of_success(
         &shell_csv("--warehouse", &warehouse)
             .args([
                 "-c",
                 "SELECT (SELECT count(*) FROM payments.transactions) AS promoted, \
                  (SELECT count(*) FROM raw.exports) AS exports, \
-                 (SELECT count(*) FROM raw.events) AS events",
+                 (SELECT count(*) FROM raw.events) AS events, \
+                 (SELECT count(*) FROM raw.orders_feed) AS feed, \
+                 (SELECT count(*) FROM copy_rejects('raw.orders_feed')) AS rejected",
             ])
             .output()
             .unwrap(),
     );
-    assert!(counts.contains("1,6,2"), "{counts}");
+    assert!(counts.contains("1,6,2,3,1"), "{counts}");
 }

@@ -12,6 +12,7 @@ mod exactly_once;
 mod fuzz;
 mod ingest;
 mod insert;
+mod landing;
 mod layers;
 mod pipes;
 mod postgres;

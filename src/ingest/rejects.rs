@@ -1,0 +1,228 @@
+//! Rows `COPY INTO` rejected (`on_error = 'continue'`), kept in the
+//! catalog's `icestage.copy_rejects` table under the copy's id, and read
+//! back with `copy_rejects('<table>')`: a rejection counts once its copy
+//! is proven committed, as the copy log's rows do.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Int64Type, TimestampMicrosecondType};
+use futures::TryStreamExt;
+use iceberg::TableIdent;
+use iceberg::expr::Reference;
+use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, Type};
+
+use super::records::Rejected;
+use crate::catalog::IcebergCatalog;
+use crate::catalog::insert::append_rows;
+use crate::error::{Error, Result};
+use crate::rows::{Value, result_row};
+use crate::session::is_missing;
+use crate::session::log::icestage_table;
+
+/// Name of the rejections table (in the `icestage` namespace).
+pub const COPY_REJECTS_TABLE: &str = "copy_rejects";
+
+fn rejects_ident() -> TableIdent {
+    icestage_table(COPY_REJECTS_TABLE)
+}
+
+fn rejects_schema() -> Result<Schema> {
+    let string = || Type::Primitive(PrimitiveType::String);
+    let fields = vec![
+        NestedField::required(1, "target_table", string()),
+        NestedField::required(2, "copy_id", string()),
+        NestedField::required(3, "file", string()),
+        NestedField::optional(4, "line", Type::Primitive(PrimitiveType::Long)),
+        NestedField::optional(5, "column", string()),
+        NestedField::required(6, "error", string()),
+        NestedField::optional(7, "record", string()),
+        NestedField::required(
+            8,
+            "recorded_at",
+            Type::Primitive(PrimitiveType::Timestamptz),
+        ),
+    ];
+    Ok(Schema::builder()
+        .with_fields(fields.into_iter().map(Arc::new))
+        .build()?)
+}
+
+/// Records `rejected` rows of copy `copy_id` into `target`, in one commit
+/// (before the copy's own: they count once it is proven).
+pub(crate) async fn record(
+    catalog: &IcebergCatalog,
+    target: &str,
+    copy_id: &str,
+    rejected: &[Rejected],
+) -> Result<()> {
+    if rejected.is_empty() {
+        return Ok(());
+    }
+    let table = catalog
+        .owned_table(&rejects_ident(), rejects_schema, Some((1, "by_target")))
+        .await?;
+    let now = Some(Utc::now());
+    let rows: Vec<Vec<Value>> = rejected
+        .iter()
+        .map(|r| {
+            vec![
+                Value::from(target),
+                Value::from(copy_id),
+                Value::from(r.file.clone()),
+                Value::from(Some(r.line)),
+                Value::from(r.column.clone()),
+                Value::from(r.error.clone()),
+                Value::from(Some(r.record.clone())),
+                Value::from(now),
+            ]
+        })
+        .collect();
+    append_rows(catalog, &table, &rows).await
+}
+
+result_row! {
+    /// One row a `COPY INTO` rejected, as `copy_rejects('<table>')` lists it.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CopyReject {
+        /// The copy that rejected it.
+        pub copy_id: String,
+        /// The source file's URI.
+        pub file: String,
+        /// Its line (CSV, JSON) or row number (Parquet, Avro), from 1.
+        pub line: Option<i64>,
+        /// The column at fault, when one is.
+        pub column: Option<String>,
+        /// What is wrong.
+        pub error: String,
+        /// The record as read (cut to 4 KiB).
+        pub record: Option<String>,
+        /// When the copy recorded it.
+        pub recorded_at: DateTime<Utc>,
+    }
+}
+
+result_row! {
+    /// One error `COPY INTO ... WITH (validation_mode = 'return_errors')`
+    /// found: a malformed row, or a file that cannot be loaded at all
+    /// (no line).
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CopyError {
+        /// The source file's URI.
+        pub file: String,
+        /// The row's line or row number; none for a whole file.
+        pub line: Option<i64>,
+        /// The column at fault, when one is.
+        pub column: Option<String>,
+        /// What is wrong.
+        pub error: String,
+        /// The record as read (cut to 4 KiB).
+        pub record: Option<String>,
+    }
+}
+
+impl From<Rejected> for CopyError {
+    fn from(r: Rejected) -> Self {
+        Self {
+            file: r.file,
+            line: Some(r.line),
+            column: r.column,
+            error: r.error,
+            record: Some(r.record),
+        }
+    }
+}
+
+result_row! {
+    /// One row `COPY INTO ... WITH (validation_mode = 'return_<n>_rows')`
+    /// would load: the file, its row, and its values as the table would
+    /// receive them (a JSON object).
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct CopyPreview {
+        /// The source file's URI.
+        pub file: String,
+        /// The row's values, by the table's column names.
+        pub row: String,
+    }
+}
+
+/// The rejections of the copies into the table `name` that are `proven`
+/// (committed), newest first.
+pub(crate) async fn list(
+    catalog: &IcebergCatalog,
+    name: &str,
+    proven: &HashSet<String>,
+) -> Result<Vec<CopyReject>> {
+    let table = match catalog.catalog().load_table(&rejects_ident()).await {
+        Ok(table) => table,
+        Err(e) if is_missing(&e) => return Ok(vec![]),
+        Err(e) => return Err(e.into()),
+    };
+    let batches: Vec<RecordBatch> = table
+        .scan()
+        .with_filter(Reference::new("target_table").equal_to(Datum::string(name)))
+        .build()?
+        .to_arrow()
+        .await?
+        .try_collect()
+        .await?;
+    let mut rows = vec![];
+    for batch in &batches {
+        let column = |name: &str| {
+            batch.column_by_name(name).ok_or_else(|| {
+                Error::internal(format!("{COPY_REJECTS_TABLE} has no column {name}"))
+            })
+        };
+        let text =
+            |name: &str| -> Result<Arc<dyn Array>> { Ok(cast(column(name)?, &DataType::Utf8)?) };
+        let (copy, file, col, error, record) = (
+            text("copy_id")?,
+            text("file")?,
+            text("column")?,
+            text("error")?,
+            text("record")?,
+        );
+        let line = cast(column("line")?, &DataType::Int64)?;
+        let at = cast(
+            column("recorded_at")?,
+            &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
+        )?;
+        let (copy, file, col, error, record) = (
+            copy.as_string::<i32>(),
+            file.as_string::<i32>(),
+            col.as_string::<i32>(),
+            error.as_string::<i32>(),
+            record.as_string::<i32>(),
+        );
+        let line = line.as_primitive::<Int64Type>();
+        let at = at.as_primitive::<TimestampMicrosecondType>();
+        for row in 0..batch.num_rows() {
+            if !proven.contains(copy.value(row)) {
+                continue;
+            }
+            let optional = |a: &datafusion::arrow::array::StringArray| {
+                a.is_valid(row).then(|| a.value(row).to_string())
+            };
+            rows.push(CopyReject {
+                copy_id: copy.value(row).to_string(),
+                file: file.value(row).to_string(),
+                line: line.is_valid(row).then(|| line.value(row)),
+                column: optional(col),
+                error: error.value(row).to_string(),
+                record: optional(record),
+                recorded_at: DateTime::from_timestamp_micros(at.value(row)).unwrap_or_default(),
+            });
+        }
+    }
+    rows.sort_by(|a, b| {
+        b.recorded_at
+            .cmp(&a.recorded_at)
+            .then_with(|| a.copy_id.cmp(&b.copy_id))
+            .then_with(|| a.file.cmp(&b.file))
+            .then_with(|| a.line.cmp(&b.line))
+    });
+    Ok(rows)
+}
