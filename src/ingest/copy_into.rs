@@ -23,7 +23,7 @@ use datafusion::arrow::datatypes::{Field, FieldRef, Schema as ArrowSchema};
 use datafusion::error::DataFusionError;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::expr::Reference;
-use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, TableMetadataBuilder, Type};
+use iceberg::spec::{Datum, PrimitiveType, Schema, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableCreation, TableIdent};
 use object_store::ObjectStoreExt;
@@ -37,7 +37,7 @@ use super::rejects::{CopyError, CopyPreview};
 use super::shape::{RESCUED, evolved, extras, hive_columns, offered as offered_columns};
 use super::source::select;
 pub(crate) use super::source::{Access, SourceFile};
-use super::write::{Copying, Written};
+use super::write::{Copying, Written, open_file};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::{Evidence, append_once_guarded};
 use crate::catalog::insert::append_rows;
@@ -46,7 +46,7 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::rows::{Value, result_row};
 use crate::session::CommandContext;
-use crate::session::log::icestage_table;
+use crate::session::log::{icestage_table, per_target_schema};
 use crate::session::{failpoint, is_missing};
 use crate::tables::ddl::iceberg_schema;
 
@@ -60,24 +60,15 @@ fn log_ident() -> TableIdent {
 }
 
 fn log_schema() -> Result<Schema> {
-    let string = || Type::Primitive(PrimitiveType::String);
-    let fields = vec![
-        NestedField::required(1, "target_table", string()),
-        NestedField::required(2, "file", string()),
-        NestedField::optional(3, "size", Type::Primitive(PrimitiveType::Long)),
-        NestedField::optional(4, "etag", string()),
-        NestedField::optional(5, "version", string()),
-        NestedField::required(6, "copy_id", string()),
-        NestedField::required(7, "state", string()),
-        NestedField::required(
-            8,
-            "recorded_at",
-            Type::Primitive(PrimitiveType::Timestamptz),
-        ),
-    ];
-    Ok(Schema::builder()
-        .with_fields(fields.into_iter().map(Arc::new))
-        .build()?)
+    use PrimitiveType::{Long, String as Text};
+    per_target_schema(&[
+        ("file", Text, true),
+        ("size", Long, false),
+        ("etag", Text, false),
+        ("version", Text, false),
+        ("copy_id", Text, true),
+        ("state", Text, true),
+    ])
 }
 
 async fn log_table(catalog: &IcebergCatalog) -> Result<Table> {
@@ -408,6 +399,10 @@ pub(crate) enum Validation {
     Rows(Vec<CopyPreview>),
 }
 
+/// The most malformed rows one copy rejects (and a validation answers),
+/// over all its files.
+const MAX_COPY_REJECTED_ROWS: usize = 100_000;
+
 /// How many failed files a report names.
 const NAMED_FAILURES: usize = 5;
 
@@ -556,7 +551,7 @@ pub(crate) async fn copy_files(
     let mut unreadable = HashSet::new();
     if existing.is_none() || open_all {
         for (n, file) in to_load.iter().enumerate() {
-            match Source::of_files(access.clone(), vec![file.clone()], format, options).await {
+            match open_file(access, file, format, options, existing.as_ref()).await {
                 Ok(source) => {
                     opened[n] = Some(Arc::new(source));
                     if !open_all {
@@ -622,6 +617,19 @@ pub(crate) async fn copy_files(
     let mut record = |file: SourceFile, written: Result<Written>| -> Result<()> {
         progress.advance(1, file.meta.size);
         match written {
+            // The rejections a copy keeps are bounded: past the bound a
+            // file with more is left out whole, reported, not loaded.
+            Ok(written) if rejected.len() + written.rejected.len() > MAX_COPY_REJECTED_ROWS => {
+                failed.push(fail(
+                    &file,
+                    Error::invalid(format!(
+                        "this copy rejected more than {MAX_COPY_REJECTED_ROWS} malformed rows in \
+                         all; this file, with {} more, was left out: fix the files, or load fewer \
+                         at once",
+                        written.rejected.len()
+                    )),
+                ));
+            }
             Ok(written) => {
                 rows += written.files.iter().map(|f| f.record_count() as i64).sum::<i64>();
                 data_files.extend(written.files);
@@ -684,15 +692,7 @@ pub(crate) async fn copy_files(
                         let written = async {
                             let source = match ready {
                                 Some(source) => source,
-                                None => Arc::new(
-                                    Source::of_files(
-                                        copying.access.clone(),
-                                        vec![file.clone()],
-                                        copying.format,
-                                        &copying.options,
-                                    )
-                                    .await?,
-                                ),
+                                None => Arc::new(copying.open(&file).await?),
                             };
                             copying.copy_file(source, &prefix).await
                         }
@@ -849,14 +849,7 @@ async fn validate(
         };
         let source = match &opened[n] {
             Some(source) => Arc::clone(source),
-            None => match Source::of_files(
-                copying.access.clone(),
-                vec![file.clone()],
-                copying.format,
-                &copying.options,
-            )
-            .await
-            {
+            None => match copying.open(file).await {
                 Ok(source) => Arc::new(source),
                 Err(e) => {
                     errors.push(whole(e));
@@ -902,6 +895,20 @@ async fn validate(
         );
         if let Some(e) = failed {
             errors.push(whole(e));
+        }
+        if errors.len() > MAX_COPY_REJECTED_ROWS {
+            errors.truncate(MAX_COPY_REJECTED_ROWS);
+            errors.push(CopyError {
+                file: file.uri.clone(),
+                line: None,
+                column: None,
+                error: format!(
+                    "more than {MAX_COPY_REJECTED_ROWS} errors: the rest were not looked for; \
+                     fix these and validate again"
+                ),
+                record: None,
+            });
+            break;
         }
         if let ValidationMode::ReturnRows(limit) = mode
             && preview.len() >= limit

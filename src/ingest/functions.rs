@@ -25,7 +25,7 @@ use object_store::path::Path as ObjectPath;
 use serde_json::json;
 
 use super::options::{AWS_OPTIONS, READ_OPTIONS, SourceOptions};
-use super::read::{PrefixTable, Source, vocabulary};
+use super::read::{PrefixTable, Source, by_name, vocabulary};
 use super::source::{Access, Location};
 use crate::catalog::block_on;
 use crate::error::{Error, Result};
@@ -155,6 +155,18 @@ impl RelationPlanner for PrefixRelationPlanner {
             ))
             .into());
         };
+        if function == "read_s3_prefix" {
+            let options = SourceOptions::from_pairs(&function, &named, READ_OPTIONS)?;
+            if options.union_by_name {
+                let plan = LogicalPlanBuilder::from(block_on(by_name(uri, &options))?)
+                    .alias(function.as_str())?
+                    .build()?;
+                return Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
+                    plan,
+                    alias.clone(),
+                ))));
+            }
+        }
         let provider: Arc<dyn datafusion::catalog::TableProvider> = match function.as_str() {
             "read_s3_prefix" => {
                 let options = SourceOptions::from_pairs(&function, &named, READ_OPTIONS)?;

@@ -137,6 +137,9 @@ pub struct SourceOptions {
     pub validation_mode: Option<ValidationMode>,
     /// Only keys (relative to the prefix) matching this are candidates.
     pub pattern: Option<Pattern>,
+    /// `read_s3_prefix`: read each file with its own columns and put them
+    /// together by name (`COPY INTO` always matches each file by name).
+    pub union_by_name: bool,
     /// `key=value` path segments under the prefix become columns.
     pub hive_partitioning: bool,
     /// `COPY INTO`: add `_file`, `_row` and `_file_modified` columns.
@@ -323,6 +326,7 @@ pub(crate) const READ_OPTIONS: &[&str] = &[
     "role_arn",
     "external_id",
     "pattern",
+    "union_by_name",
 ];
 
 /// The options only `COPY INTO` (and pipes) take, past the reading ones.
@@ -473,6 +477,7 @@ impl SourceOptions {
                 "schema_evolution" => options.schema_evolution = SchemaEvolution::parse(value)?,
                 "validation_mode" => options.validation_mode = Some(ValidationMode::parse(value)?),
                 "pattern" => options.pattern = Some(Pattern::parse(value)?),
+                "union_by_name" => options.union_by_name = parse_bool(&name, value)?,
                 "hive_partitioning" => options.hive_partitioning = parse_bool(&name, value)?,
                 "include_metadata" => options.include_metadata = parse_bool(&name, value)?,
                 "purge" => options.purge = parse_bool(&name, value)?,

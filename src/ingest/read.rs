@@ -10,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::ScalarValue;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::avro::AvroFormat;
 use datafusion::datasource::file_format::csv::CsvFormat;
@@ -17,12 +18,14 @@ use datafusion::datasource::file_format::json::JsonFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
+use datafusion::datasource::provider_as_source;
 use datafusion::error::Result as DFResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::{Expr, LogicalPlan, TableType};
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, TableType, cast, lit};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion::prelude::SessionContext;
+use datafusion::prelude::ident;
 use futures::StreamExt;
 use object_store::{ObjectMeta, ObjectStore};
 use tempfile::TempDir;
@@ -205,6 +208,66 @@ impl Source {
             scratch,
         })
     }
+}
+
+/// The type two files' columns of one name are read as together: the
+/// wider integer, a float for mixed numbers, else text.
+fn common_type(a: &DataType, b: &DataType) -> DataType {
+    match (vocabulary(a), vocabulary(b)) {
+        _ if a == b => a.clone(),
+        ("integer", "integer") => DataType::Int64,
+        ("integer" | "float", "integer" | "float") => DataType::Float64,
+        _ => DataType::Utf8,
+    }
+}
+
+/// `read_s3_prefix(..., union_by_name => true)`: the selected files each
+/// read with their own columns, then put together by column name (as
+/// DuckDB's `union_by_name`): the columns of every file, in the order they
+/// first appear, NULL where a file lacks one.
+pub(crate) async fn by_name(uri: &str, options: &SourceOptions) -> Result<LogicalPlan> {
+    let access = Access::open(uri, options).await?;
+    let (files, format) = select(&access, uri, options).await?;
+    let mut sources = vec![];
+    for file in files {
+        sources.push(Arc::new(
+            Source::of_files(access.clone(), vec![file], format, options).await?,
+        ));
+    }
+    let mut columns: Vec<(String, DataType)> = vec![];
+    for source in &sources {
+        for field in source.schema.fields() {
+            match columns.iter_mut().find(|(name, _)| name == field.name()) {
+                Some((_, data_type)) => *data_type = common_type(data_type, field.data_type()),
+                None => columns.push((field.name().clone(), field.data_type().clone())),
+            }
+        }
+    }
+    let mut union: Option<LogicalPlanBuilder> = None;
+    for (n, source) in sources.iter().enumerate() {
+        let exprs = columns
+            .iter()
+            .map(|(name, data_type)| {
+                let value = match source.schema.field_with_name(name) {
+                    Ok(_) => cast(ident(name), data_type.clone()),
+                    Err(_) => lit(ScalarValue::try_from(data_type)?),
+                };
+                Ok(value.alias(name))
+            })
+            .collect::<DFResult<Vec<Expr>>>()?;
+        let file = LogicalPlanBuilder::scan(
+            format!("file_{n}"),
+            provider_as_source(Arc::new(PrefixTable::new(Arc::clone(source)))),
+            None,
+        )?
+        .project(exprs)?;
+        union = Some(match union {
+            None => file,
+            Some(union) => union.union(file.build()?)?,
+        });
+    }
+    let union = union.ok_or_else(|| Error::internal("union_by_name over no file"))?;
+    Ok(union.build()?)
 }
 
 /// `read_s3_prefix(...)` as a table: the listing table over the selected

@@ -20,11 +20,13 @@ use tokio::sync::mpsc;
 
 use super::codec::compression_type;
 use super::options::{Format, SourceOptions};
-use super::source::{Access, SourceFile};
+use super::source::{Access, Location, SourceFile};
 use crate::error::{Error, Result};
 
 /// Rows per batch.
 const BATCH_ROWS: usize = 8192;
+/// The pieces a file's bytes reach the reading thread in.
+const CHUNK_BYTES: usize = 1 << 20;
 /// The most bytes of a raw record kept in a rejection.
 pub(crate) const RECORD_BYTES: usize = 4096;
 /// The longest line or record read: past it the row is rejected unread.
@@ -56,20 +58,113 @@ pub(crate) fn cut(text: &str) -> String {
     format!("{}...", &text[..end])
 }
 
-/// Rows read as text: the values (one Utf8 column per source column), the
-/// line each row starts on, its raw record, and the rows rejected before
-/// any value was looked at (a wrong field count, bytes that are not UTF-8,
-/// a line that is not a JSON object).
-#[derive(Debug)]
-pub(crate) struct TextRows {
-    pub(crate) batch: RecordBatch,
-    pub(crate) lines: Vec<i64>,
-    pub(crate) records: Vec<String>,
-    pub(crate) rejected: Vec<Rejected>,
+/// What a file's rows become the target's with: conforms one batch (the
+/// file's columns) given the line each row starts on (`None`: the rows are
+/// numbered), answering the rows to load and those rejected.
+pub(crate) type Conform =
+    Arc<dyn Fn(&RecordBatch, Option<&[i64]>) -> Result<(RecordBatch, Vec<Rejected>)> + Send + Sync>;
+
+/// The rows of a file as they are read: conformed to the target on the
+/// reading thread, then sent, with the rows rejected on the way (a wrong
+/// field count, bytes that are not UTF-8, a line that is not a JSON
+/// object, then what the target refuses).
+struct Sink {
+    out: mpsc::Sender<Result<(RecordBatch, Vec<Rejected>)>>,
+    conform: Conform,
+    /// Whether every batch needs its lines (`_source_row`).
+    numbered: bool,
+}
+
+/// The line each row of a batch starts on.
+enum Lines<'a> {
+    /// Known row by row (the rows were read one by one).
+    Known(&'a [i64]),
+    /// Counted from the batch's bytes, only when asked: a batch decoded
+    /// whole is numbered when a row of it is rejected or the lines are
+    /// loaded.
+    Counted {
+        bytes: &'a [u8],
+        first_line: i64,
+        /// Whether the bytes start with the header.
+        header: bool,
+    },
+}
+
+impl Sink {
+    /// Conforms and sends `batch`; false when nobody reads any more.
+    fn send(&self, batch: &RecordBatch, lines: Lines<'_>, mut rejected: Vec<Rejected>) -> bool {
+        let conformed = self.conformed(batch, lines).map(|(rows, more)| {
+            rejected.extend(more);
+            (rows, rejected)
+        });
+        self.out.blocking_send(conformed).is_ok()
+    }
+
+    fn conformed(
+        &self,
+        batch: &RecordBatch,
+        lines: Lines<'_>,
+    ) -> Result<(RecordBatch, Vec<Rejected>)> {
+        let rows = batch.num_rows();
+        match lines {
+            Lines::Known(lines) => (self.conform)(batch, Some(lines)),
+            Lines::Counted {
+                bytes,
+                first_line,
+                header,
+            } => {
+                if !self.numbered {
+                    let unnumbered = (self.conform)(batch, None)?;
+                    if unnumbered.1.is_empty() {
+                        return Ok(unnumbered);
+                    }
+                }
+                let lines = record_lines(bytes, first_line, header);
+                (self.conform)(batch, (lines.len() == rows).then_some(lines.as_slice()))
+            }
+        }
+    }
+
+    fn fail(&self, error: Error) {
+        let _ = self.out.blocking_send(Err(error));
+    }
+}
+
+/// The line each CSV record in `bytes` starts on, the first byte being on
+/// `line`; blank lines hold no record, a quoted field may span lines; with
+/// `header`, the first record is not counted.
+fn record_lines(bytes: &[u8], mut line: i64, header: bool) -> Vec<i64> {
+    let mut lines = vec![];
+    let (mut in_quotes, mut at_start, mut skip) = (false, true, header);
+    for &byte in bytes {
+        if at_start {
+            match byte {
+                b'\n' => {
+                    line += 1;
+                    continue;
+                }
+                b'\r' => continue,
+                _ => {}
+            }
+            at_start = false;
+            if !std::mem::take(&mut skip) {
+                lines.push(line);
+            }
+        }
+        match byte {
+            b'"' => in_quotes = !in_quotes,
+            b'\n' => {
+                line += 1;
+                at_start = !in_quotes;
+            }
+            _ => {}
+        }
+    }
+    lines
 }
 
 /// A [`Read`] over chunks that arrive on a channel: the blocking reader's
-/// end of the file's byte stream.
+/// end of a file's byte stream from a remote store.
 struct ChunkReader {
     chunks: mpsc::Receiver<std::io::Result<Bytes>>,
     current: Bytes,
@@ -89,12 +184,33 @@ impl Read for ChunkReader {
     }
 }
 
+/// A [`Read`] that fails once more than `left` bytes came through: a
+/// decompression bomb stops at the bound.
+struct BoundedRead<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for BoundedRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n as u64 > self.left {
+            return Err(std::io::Error::other(format!(
+                "the file decompresses to more than {} (limits.source_inflated_bytes): it is not \
+                 loaded; split it, or raise the bound if it is genuine",
+                crate::limits::human(crate::limits::current().source_inflated_bytes)
+            )));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
 /// Batches under construction: one builder per column.
 struct Builders {
     schema: SchemaRef,
     columns: Vec<StringBuilder>,
     lines: Vec<i64>,
-    records: Vec<String>,
     rejected: Vec<Rejected>,
 }
 
@@ -107,7 +223,6 @@ impl Builders {
             schema,
             columns,
             lines: vec![],
-            records: vec![],
             rejected: vec![],
         }
     }
@@ -116,7 +231,8 @@ impl Builders {
         self.lines.len() + self.rejected.len()
     }
 
-    fn take(&mut self) -> Result<TextRows> {
+    /// Sends the rows gathered; false when nobody reads any more.
+    fn send(&mut self, sink: &Sink) -> Result<bool> {
         let columns: Vec<ArrayRef> = self
             .columns
             .iter_mut()
@@ -124,46 +240,51 @@ impl Builders {
             .collect();
         let options = datafusion::arrow::array::RecordBatchOptions::new()
             .with_row_count(Some(self.lines.len()));
-        Ok(TextRows {
-            batch: RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)?,
-            lines: std::mem::take(&mut self.lines),
-            records: std::mem::take(&mut self.records),
-            rejected: std::mem::take(&mut self.rejected),
-        })
+        let batch = RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options)?;
+        let lines = std::mem::take(&mut self.lines);
+        Ok(sink.send(
+            &batch,
+            Lines::Known(&lines),
+            std::mem::take(&mut self.rejected),
+        ))
     }
 }
 
-/// The rows of `file` as text, with the column names `columns` (the
-/// names the file's schema was read with: a CSV's header, or `column_<n>`
-/// without one; a JSON file's keys).
-pub(crate) fn text_rows(
-    access: &Access,
-    file: &SourceFile,
-    format: Format,
-    options: &SourceOptions,
-    columns: Vec<String>,
-) -> impl Stream<Item = Result<TextRows>> + Send + Unpin + 'static {
-    let schema: SchemaRef = Arc::new(Schema::new(
-        columns
-            .iter()
-            .map(|name| Field::new(name, DataType::Utf8, true))
-            .collect::<Vec<_>>(),
-    ));
+/// The decompressed bytes of `file`, for a blocking reader: a task
+/// streams them from the store into a bounded channel. A storage error
+/// arrives as the reader's error, its kind kept (see [`from_io`]).
+fn byte_reader(access: &Access, file: &SourceFile) -> Box<dyn Read + Send> {
+    let bound = crate::limits::current().source_inflated_bytes;
+    // A local file is read on the reading thread itself.
+    if let Location::Local { .. } = access.location {
+        let opened = object_store::local::LocalFileSystem::new()
+            .path_to_filesystem(&file.meta.location)
+            .map_err(std::io::Error::other)
+            .and_then(std::fs::File::open)
+            .and_then(|f| {
+                compression_type(file.compression)
+                    .convert_read(std::io::BufReader::with_capacity(CHUNK_BYTES, f))
+                    .map_err(std::io::Error::other)
+            });
+        return match opened {
+            Ok(read) => Box::new(BoundedRead {
+                inner: read,
+                left: bound,
+            }),
+            Err(e) => Box::new(FailedRead(Some(e))),
+        };
+    }
     let (chunk_tx, chunk_rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
-    let (rows_tx, rows_rx) = mpsc::channel::<Result<TextRows>>(2);
     let store = Arc::clone(&access.store);
     let location = file.meta.location.clone();
     let compression = compression_type(file.compression);
-    let storage_error = {
-        let access = access.clone();
-        move |e: object_store::Error| access.storage_error(e)
-    };
-    let feed_errors = rows_tx.clone();
+    let access = access.clone();
     tokio::spawn(async move {
+        let failed = |error: Error| Err(std::io::Error::other(error));
         let stream = match store.get(&location).await {
             Ok(got) => got.into_stream(),
             Err(e) => {
-                let _ = feed_errors.send(Err(storage_error(e))).await;
+                let _ = chunk_tx.send(failed(access.storage_error(e))).await;
                 return;
             }
         };
@@ -173,43 +294,167 @@ pub(crate) fn text_rows(
         let mut stream = match compression.convert_stream(stream) {
             Ok(stream) => stream,
             Err(e) => {
-                let _ = feed_errors.send(Err(e.into())).await;
+                let _ = chunk_tx.send(failed(e.into())).await;
                 return;
             }
         };
+        // Stores hand out small chunks (a local file, 8 KiB): they go on
+        // in pieces of about 1 MiB, so the reader wakes rarely.
+        let mut piece = bytes::BytesMut::new();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
-            let failed = chunk.is_err();
-            if chunk_tx.send(chunk).await.is_err() || failed {
-                return;
+            match chunk {
+                Ok(chunk) => {
+                    piece.extend_from_slice(&chunk);
+                    if piece.len() < CHUNK_BYTES {
+                        continue;
+                    }
+                    if chunk_tx.send(Ok(piece.split().freeze())).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = chunk_tx
+                        .send(Err(std::io::Error::other(Error::from(e))))
+                        .await;
+                    return;
+                }
             }
         }
+        if !piece.is_empty() {
+            let _ = chunk_tx.send(Ok(piece.freeze())).await;
+        }
     });
-    let uri = file.uri.clone();
-    let csv = (
-        options.header.unwrap_or(true),
-        options
-            .delimiter
-            .unwrap_or(if uri.to_ascii_lowercase().contains(".tsv") {
-                b'\t'
-            } else {
-                b','
-            }),
-    );
-    tokio::task::spawn_blocking(move || {
-        let reader = ChunkReader {
+    Box::new(BoundedRead {
+        inner: ChunkReader {
             chunks: chunk_rx,
             current: Bytes::new(),
-        };
-        let bound = crate::limits::current().source_inflated_bytes;
-        let reader = reader.take(bound);
+        },
+        left: bound,
+    })
+}
+
+/// A reader whose first read fails with the error opening it met.
+struct FailedRead(Option<std::io::Error>);
+
+impl Read for FailedRead {
+    fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+        Err(self
+            .0
+            .take()
+            .unwrap_or_else(|| std::io::Error::other("the file could not be opened")))
+    }
+}
+
+/// An error reading `uri`: a storage error as it was raised, anything
+/// else named by the file.
+fn from_io(uri: &str, error: std::io::Error) -> Error {
+    let message = error.to_string();
+    match error.into_inner().map(|inner| inner.downcast::<Error>()) {
+        Some(Ok(error)) => *error,
+        _ => Error::invalid(format!("{uri}: {message}")),
+    }
+}
+
+/// A CSV reader's error for the file `uri`.
+fn csv_error(uri: &str, error: csv::Error) -> Error {
+    match error.into_kind() {
+        csv::ErrorKind::Io(io) => from_io(uri, io),
+        other => Error::invalid(format!("{uri}: not readable as CSV: {other:?}")),
+    }
+}
+
+/// The column names of the CSV file `file`, without inferring any type:
+/// its first record, or `column_<n>` without a header (DataFusion's names).
+pub(crate) async fn csv_columns(
+    access: &Access,
+    file: &SourceFile,
+    options: &SourceOptions,
+) -> Result<Vec<String>> {
+    let reader = byte_reader(access, file);
+    let (header, delimiter, uri) = (
+        options.header.unwrap_or(true),
+        delimiter(options, &file.uri),
+        file.uri.clone(),
+    );
+    tokio::task::spawn_blocking(move || -> Result<Vec<String>> {
+        let mut csv = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .delimiter(delimiter)
+            .from_reader(reader);
+        let mut record = csv::ByteRecord::new();
+        if !csv
+            .read_byte_record(&mut record)
+            .map_err(|e| csv_error(&uri, e))?
+        {
+            return Err(Error::invalid(format!("{uri}: the file is empty")));
+        }
+        Ok(record
+            .iter()
+            .enumerate()
+            .map(|(n, name)| match header {
+                true => String::from_utf8_lossy(name).trim().to_string(),
+                false => format!("column_{}", n + 1),
+            })
+            .collect())
+    })
+    .await
+    .map_err(|e| Error::internal(format!("reading a CSV header: {e}")))?
+}
+
+/// The rows of `file` as text, with the column names `columns` (the
+/// names the file's schema was read with: a CSV's header, or `column_<n>`
+/// without one; a JSON file's keys).
+///
+/// A CSV file is decoded a batch at a time with `typed`, the columns'
+/// inferred types, as a plain load reads it; a batch that does not decode
+/// (a malformed row in it) and the rest of the file are read row by row as
+/// text. So a clean file costs little more than a plain load.
+pub(crate) fn text_rows(
+    access: &Access,
+    file: &SourceFile,
+    format: Format,
+    options: &SourceOptions,
+    typed: &datafusion::arrow::datatypes::Schema,
+    (conform, numbered): (Conform, bool),
+) -> impl Stream<Item = Result<(RecordBatch, Vec<Rejected>)>> + Send + Unpin + 'static {
+    let schema: SchemaRef = Arc::new(Schema::new(
+        typed
+            .fields()
+            .iter()
+            .map(|f| Field::new(f.name(), DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ));
+    let typed: SchemaRef = Arc::new(Schema::new(
+        typed
+            .fields()
+            .iter()
+            .map(|f| {
+                let data_type = match f.data_type() {
+                    DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+                    other => other.clone(),
+                };
+                Field::new(f.name(), data_type, true)
+            })
+            .collect::<Vec<_>>(),
+    ));
+    let (rows_tx, rows_rx) = mpsc::channel(2);
+    let sink = Sink {
+        out: rows_tx,
+        conform,
+        numbered,
+    };
+    let reader = byte_reader(access, file);
+    let uri = file.uri.clone();
+    let csv = (options.header.unwrap_or(true), delimiter(options, &uri));
+    tokio::task::spawn_blocking(move || {
         let builders = Builders::new(schema);
         let read = match format {
-            Format::Json => read_json(reader, builders, &uri, &rows_tx),
-            _ => read_csv(reader, builders, &uri, csv, &rows_tx),
+            Format::Json => read_json(reader, builders, &uri, &sink),
+            _ => read_csv_typed(reader, typed, builders, &uri, csv, &sink),
         };
         if let Err(e) = read {
-            let _ = rows_tx.blocking_send(Err(e));
+            sink.fail(e);
         }
     });
     futures::stream::unfold(rows_rx, |mut rx| async move {
@@ -218,20 +463,112 @@ pub(crate) fn text_rows(
     .boxed()
 }
 
+/// The field delimiter of the CSV file `uri`: the option, else a tab for
+/// `.tsv` files, else a comma.
+pub(crate) fn delimiter(options: &SourceOptions, uri: &str) -> u8 {
+    options
+        .delimiter
+        .unwrap_or(if uri.to_ascii_lowercase().contains(".tsv") {
+            b'\t'
+        } else {
+            b','
+        })
+}
+
+/// Sends the rows left, if any.
+fn flush_rest(builders: &mut Builders, sink: &Sink) -> Result<()> {
+    if builders.rows() > 0 {
+        builders.send(sink)?;
+    }
+    Ok(())
+}
+
 /// Sends the batch when it is full; false when nobody reads any more.
-fn flush_if_full(builders: &mut Builders, out: &mpsc::Sender<Result<TextRows>>) -> Result<bool> {
+fn flush_if_full(builders: &mut Builders, sink: &Sink) -> Result<bool> {
     if builders.rows() < BATCH_ROWS {
         return Ok(true);
     }
-    Ok(out.blocking_send(builders.take()).is_ok())
+    builders.send(sink)
 }
 
+/// Decodes CSV a batch at a time as `typed`; from the first batch that
+/// does not decode, reads the rest row by row ([`read_csv`]).
+fn read_csv_typed(
+    reader: Box<dyn Read + Send>,
+    typed: SchemaRef,
+    builders: Builders,
+    uri: &str,
+    (header, delimiter): (bool, u8),
+    sink: &Sink,
+) -> Result<()> {
+    use std::io::BufRead;
+    let decoder = |header: bool| {
+        datafusion::arrow::csv::ReaderBuilder::new(Arc::clone(&typed))
+            .with_header(header)
+            .with_delimiter(delimiter)
+            .with_batch_size(BATCH_ROWS)
+            .build_decoder()
+    };
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, reader);
+    let mut batch = decoder(header);
+    // The bytes of the batch being decoded, the line they start on, and
+    // whether they start with the header.
+    let mut pending: Vec<u8> = vec![];
+    let (mut first_line, mut header_pending) = (1i64, header);
+    let row_by_row = |pending: Vec<u8>, rest: Box<dyn Read>, header: bool, first_line: i64| {
+        let rest = std::io::Cursor::new(pending).chain(rest);
+        read_csv(rest, builders, uri, (header, delimiter), first_line, sink)
+    };
+    loop {
+        let buf = reader.fill_buf().map_err(|e| from_io(uri, e))?;
+        let end = buf.is_empty();
+        match batch.decode(buf) {
+            Ok(n) => {
+                pending.extend_from_slice(&buf[..n]);
+                reader.consume(n);
+            }
+            Err(_) => {
+                return row_by_row(pending, Box::new(reader), header_pending, first_line);
+            }
+        }
+        if batch.capacity() > 0 && !end {
+            continue;
+        }
+        match batch.flush() {
+            Ok(Some(rows)) => {
+                let lines = Lines::Counted {
+                    bytes: &pending,
+                    first_line,
+                    header: std::mem::take(&mut header_pending),
+                };
+                if !sink.send(&rows, lines, vec![]) {
+                    return Ok(());
+                }
+                first_line += memchr::memchr_iter(b'\n', &pending).count() as i64;
+                pending.clear();
+            }
+            Ok(None) => {}
+            Err(_) => {
+                return row_by_row(pending, Box::new(reader), header_pending, first_line);
+            }
+        }
+        if end {
+            return Ok(());
+        }
+        if !header_pending {
+            batch = decoder(false);
+        }
+    }
+}
+
+/// Reads CSV row by row as text, the first byte being on `first_line`.
 fn read_csv(
     reader: impl Read,
     mut builders: Builders,
     uri: &str,
     (header, delimiter): (bool, u8),
-    out: &mpsc::Sender<Result<TextRows>>,
+    first_line: i64,
+    sink: &Sink,
 ) -> Result<()> {
     let width = builders.columns.len();
     let mut csv = csv::ReaderBuilder::new()
@@ -244,14 +581,11 @@ fn read_csv(
     loop {
         let more = csv
             .read_byte_record(&mut record)
-            .map_err(|e| match e.kind() {
-                csv::ErrorKind::Io(io) => Error::invalid(format!("{uri}: {io}")),
-                _ => Error::invalid(format!("{uri}: not readable as CSV: {e}")),
-            })?;
+            .map_err(|e| csv_error(uri, e))?;
         if !more {
             break;
         }
-        let line = record.position().map_or(0, |p| p.line()) as i64;
+        let line = record.position().map_or(0, |p| p.line()) as i64 + first_line - 1;
         if std::mem::take(&mut first) && header {
             continue;
         }
@@ -298,24 +632,15 @@ fn read_csv(
                 }
             }
             builders.lines.push(line);
-            builders.records.push(raw());
         }
-        if !flush_if_full(&mut builders, out)? {
+        if !flush_if_full(&mut builders, sink)? {
             return Ok(());
         }
     }
-    if builders.rows() > 0 {
-        let _ = out.blocking_send(builders.take());
-    }
-    Ok(())
+    flush_rest(&mut builders, sink)
 }
 
-fn read_json(
-    reader: impl Read,
-    mut builders: Builders,
-    uri: &str,
-    out: &mpsc::Sender<Result<TextRows>>,
-) -> Result<()> {
+fn read_json(reader: impl Read, mut builders: Builders, uri: &str, sink: &Sink) -> Result<()> {
     use std::io::BufRead;
     let names: Vec<String> = builders
         .schema
@@ -331,7 +656,7 @@ fn read_json(
         let n = (&mut reader)
             .take(MAX_RECORD_BYTES as u64 + 1)
             .read_until(b'\n', &mut buffer)
-            .map_err(|e| Error::invalid(format!("{uri}: {e}")))?;
+            .map_err(|e| from_io(uri, e))?;
         if n == 0 {
             break;
         }
@@ -358,7 +683,7 @@ fn read_json(
                 let n = (&mut reader)
                     .take(1 << 20)
                     .read_until(b'\n', &mut buffer)
-                    .map_err(|e| Error::invalid(format!("{uri}: {e}")))?;
+                    .map_err(|e| from_io(uri, e))?;
                 if n == 0 {
                     break;
                 }
@@ -382,16 +707,12 @@ fn read_json(
                         }
                     }
                     builders.lines.push(line);
-                    builders.records.push(cut(text));
                 }
             }
         }
-        if !flush_if_full(&mut builders, out)? {
+        if !flush_if_full(&mut builders, sink)? {
             return Ok(());
         }
     }
-    if builders.rows() > 0 {
-        let _ = out.blocking_send(builders.take());
-    }
-    Ok(())
+    flush_rest(&mut builders, sink)
 }

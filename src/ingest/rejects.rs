@@ -13,7 +13,7 @@ use datafusion::arrow::datatypes::{DataType, Int64Type, TimestampMicrosecondType
 use futures::TryStreamExt;
 use iceberg::TableIdent;
 use iceberg::expr::Reference;
-use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, Type};
+use iceberg::spec::{Datum, PrimitiveType, Schema};
 
 use super::records::Rejected;
 use crate::catalog::IcebergCatalog;
@@ -21,7 +21,7 @@ use crate::catalog::insert::append_rows;
 use crate::error::{Error, Result};
 use crate::rows::{Value, result_row};
 use crate::session::is_missing;
-use crate::session::log::icestage_table;
+use crate::session::log::{icestage_table, per_target_schema};
 
 /// Name of the rejections table (in the `icestage` namespace).
 pub const COPY_REJECTS_TABLE: &str = "copy_rejects";
@@ -31,24 +31,15 @@ fn rejects_ident() -> TableIdent {
 }
 
 fn rejects_schema() -> Result<Schema> {
-    let string = || Type::Primitive(PrimitiveType::String);
-    let fields = vec![
-        NestedField::required(1, "target_table", string()),
-        NestedField::required(2, "copy_id", string()),
-        NestedField::required(3, "file", string()),
-        NestedField::optional(4, "line", Type::Primitive(PrimitiveType::Long)),
-        NestedField::optional(5, "column", string()),
-        NestedField::required(6, "error", string()),
-        NestedField::optional(7, "record", string()),
-        NestedField::required(
-            8,
-            "recorded_at",
-            Type::Primitive(PrimitiveType::Timestamptz),
-        ),
-    ];
-    Ok(Schema::builder()
-        .with_fields(fields.into_iter().map(Arc::new))
-        .build()?)
+    use PrimitiveType::{Long, String as Text};
+    per_target_schema(&[
+        ("copy_id", Text, true),
+        ("file", Text, true),
+        ("line", Long, false),
+        ("column", Text, false),
+        ("error", Text, true),
+        ("record", Text, false),
+    ])
 }
 
 /// Records `rejected` rows of copy `copy_id` into `target`, in one commit

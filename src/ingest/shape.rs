@@ -478,15 +478,21 @@ impl Plan {
         })
     }
 
+    /// Whether the rows' lines are loaded (`_source_row`).
+    pub(crate) fn numbers_rows(&self) -> bool {
+        self.extras.iter().any(|e| matches!(e, Extra::Row))
+    }
+
     /// The rows of `batch` (the file's own columns) as the target's, and
     /// the rows rejected; `lines` numbers the rows (else they count from
-    /// `first_row`), `records` holds their raw text when read as text.
+    /// `first_row`). A rejected row's record is its values joined by
+    /// `delimiter` (a CSV file read as text), else a JSON object.
     pub(crate) fn apply(
         &self,
         batch: &RecordBatch,
         first_row: i64,
         lines: Option<&[i64]>,
-        records: Option<&[String]>,
+        delimiter: Option<u8>,
     ) -> Result<(RecordBatch, Vec<Rejected>)> {
         let rows = batch.num_rows();
         let line = |row: usize| lines.map_or(first_row + row as i64, |l| l[row]);
@@ -501,9 +507,10 @@ impl Plan {
         let mut rejected: Vec<Rejected> = vec![];
         let mut keep: Option<Vec<bool>> = None;
         let mut rescued: Vec<Option<serde_json::Map<String, serde_json::Value>>> = vec![];
+        let own_width = self.own_width;
         let record = |row: usize, columns: &[ArrayRef]| -> String {
-            match records {
-                Some(records) => records[row].clone(),
+            match delimiter {
+                Some(delimiter) => cut(&joined_row(&columns[..own_width], row, delimiter)),
                 None => cut(&render_row(&self.names, columns, row)),
             }
         };
@@ -641,6 +648,23 @@ impl Plan {
         let batch = RecordBatch::try_new_with_options(Arc::clone(&self.schema), out, &options)?;
         Ok((batch, rejected))
     }
+}
+
+/// Row `row` of `columns` (text) joined by `delimiter`, NULL as nothing:
+/// a CSV record as it was read.
+fn joined_row(columns: &[ArrayRef], row: usize, delimiter: u8) -> String {
+    let values: Vec<String> = columns
+        .iter()
+        .map(|column| {
+            if column.is_null(row) {
+                return String::new();
+            }
+            ArrayFormatter::try_new(column.as_ref(), &FormatOptions::default())
+                .map(|text| text.value(row).to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    values.join(&char::from(delimiter).to_string())
 }
 
 /// Row `row` of `columns` as a JSON object (for a rejection's record when

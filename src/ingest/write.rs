@@ -14,11 +14,11 @@ use iceberg::table::Table;
 
 use super::options::{Format, SourceOptions};
 use super::read::{PrefixTable, Source};
-use super::records::{Rejected, text_rows};
+use super::records::{Conform, Rejected, csv_columns, delimiter, text_rows};
 use super::shape::{Plan, RowErrors, extras};
-use super::source::Access;
+use super::source::{Access, SourceFile};
 use crate::catalog::writer::write_rows;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// The most rows of one file a copy rejects; past it the whole file fails
 /// (a file that is mostly malformed is the wrong file, not bad rows).
@@ -48,7 +48,61 @@ pub(crate) struct Written {
 /// The rows rejected so far while a file streams.
 type Rejections = Arc<Mutex<Vec<Rejected>>>;
 
+/// Opens `file` for a copy, its columns inferred. When a copy looks at
+/// rows one by one, a malformed row must not fail the file before it
+/// starts: a CSV file whose sample does not infer is opened with its
+/// header's names, every column text, and a JSON file with the names of
+/// `target`'s columns; the rows then meet the table's types one by one.
+pub(crate) async fn open_file(
+    access: &Access,
+    file: &SourceFile,
+    format: Format,
+    options: &SourceOptions,
+    target: Option<&Table>,
+) -> Result<Source> {
+    let error = match Source::of_files(access.clone(), vec![file.clone()], format, options).await {
+        Ok(source) => return Ok(source),
+        Err(error) => error,
+    };
+    if !RowErrors::of(options).row_by_row() || error.kind() == ErrorKind::Upstream {
+        return Err(error);
+    }
+    let names: Vec<String> = match (format, target) {
+        (Format::Csv, _) => csv_columns(access, file, options).await?,
+        (Format::Json, Some(target)) => target
+            .metadata()
+            .current_schema()
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect(),
+        _ => return Err(error),
+    };
+    let mut text = options.clone();
+    text.schema = Some(
+        names
+            .iter()
+            .map(|name| format!("\"{}\" VARCHAR", name.replace('"', "\"\"")))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    Source::of_files(access.clone(), vec![file.clone()], format, &text).await
+}
+
 impl Copying {
+    /// Opens `file` as [`open_file`] does, for this copy's target.
+    pub(crate) async fn open(&self, file: &SourceFile) -> Result<Source> {
+        open_file(
+            &self.access,
+            file,
+            self.format,
+            &self.options,
+            Some(&self.target),
+        )
+        .await
+    }
+
     /// The rows of `source` (one file) as the target's, streaming, and
     /// where its rejected rows gather.
     pub(crate) async fn rows(
@@ -77,63 +131,68 @@ impl Copying {
                  loaded; check it with validation_mode = 'return_errors'"
             ))
         };
-        let stream: BoxStream<'static, Result<RecordBatch>> =
-            if errors.row_by_row() && matches!(self.format, Format::Csv | Format::Json) {
-                let names = source
-                    .schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.name().clone())
-                    .collect();
-                let rejected = Arc::clone(&rejections);
-                let uri = file.uri.clone();
-                text_rows(&self.access, &file, self.format, &self.options, names)
-                    .map(move |rows| {
-                        let rows = rows?;
-                        let (batch, more) =
-                            plan.apply(&rows.batch, 0, Some(&rows.lines), Some(&rows.records))?;
-                        let mut rejected = rejected.lock().expect("rejections");
-                        rejected.extend(rows.rejected);
-                        rejected.extend(more);
-                        if rejected.len() > MAX_REJECTED_ROWS {
-                            return Err(too_many(&uri));
-                        }
-                        Ok(batch)
-                    })
-                    .boxed()
-            } else {
-                // Row numbers and metadata columns need the file's order:
-                // one partition.
-                let mut config = SessionConfig::new();
-                if errors.row_by_row() || self.options.include_metadata {
-                    config = config.with_target_partitions(1);
+        let stream: BoxStream<'static, Result<RecordBatch>> = if errors.row_by_row()
+            && matches!(self.format, Format::Csv | Format::Json)
+        {
+            let rejected = Arc::clone(&rejections);
+            let uri = file.uri.clone();
+            let delimiter =
+                (self.format == Format::Csv).then(|| delimiter(&self.options, &file.uri));
+            let numbered = plan.numbers_rows();
+            let conform: Conform = Arc::new(move |batch: &RecordBatch, lines: Option<&[i64]>| {
+                plan.apply(batch, 1, lines, delimiter)
+            });
+            text_rows(
+                &self.access,
+                &file,
+                self.format,
+                &self.options,
+                &source.schema,
+                (conform, numbered),
+            )
+            .map(move |rows| {
+                let (batch, more) = rows?;
+                let mut rejected = rejected.lock().expect("rejections");
+                rejected.extend(more);
+                if rejected.len() > MAX_REJECTED_ROWS {
+                    return Err(too_many(&uri));
                 }
-                let session = SessionContext::new_with_config(config);
-                session.register_table("source", Arc::new(PrefixTable::new(source)))?;
-                let rows = session
-                    .sql("SELECT * FROM source")
-                    .await?
-                    .execute_stream()
-                    .await?;
-                let rejected = Arc::clone(&rejections);
-                let uri = file.uri.clone();
-                let mut next_row = 1i64;
-                rows.map(move |batch| {
-                    let batch = batch?;
-                    let first = next_row;
-                    next_row += batch.num_rows() as i64;
-                    let (batch, more) = plan.apply(&batch, first, None, None)?;
-                    if !more.is_empty() {
-                        let mut rejected = rejected.lock().expect("rejections");
-                        rejected.extend(more);
-                        if rejected.len() > MAX_REJECTED_ROWS {
-                            return Err(too_many(&uri));
-                        }
+                Ok(batch)
+            })
+            .boxed()
+        } else {
+            // Row numbers and metadata columns need the file's order:
+            // one partition.
+            let mut config = SessionConfig::new();
+            if errors.row_by_row() || self.options.include_metadata {
+                config = config.with_target_partitions(1);
+            }
+            let session = SessionContext::new_with_config(config);
+            session.register_table("source", Arc::new(PrefixTable::new(source)))?;
+            let rows = session
+                .sql("SELECT * FROM source")
+                .await?
+                .execute_stream()
+                .await?;
+            let rejected = Arc::clone(&rejections);
+            let uri = file.uri.clone();
+            let mut next_row = 1i64;
+            rows.map(move |batch| {
+                let batch = batch?;
+                let first = next_row;
+                next_row += batch.num_rows() as i64;
+                let (batch, more) = plan.apply(&batch, first, None, None)?;
+                if !more.is_empty() {
+                    let mut rejected = rejected.lock().expect("rejections");
+                    rejected.extend(more);
+                    if rejected.len() > MAX_REJECTED_ROWS {
+                        return Err(too_many(&uri));
                     }
-                    Ok(batch)
-                })
-                .boxed()
-            };
+                }
+                Ok(batch)
+            })
+            .boxed()
+        };
         Ok((stream, rejections))
     }
 

@@ -96,6 +96,22 @@ async fn columns_in_any_order_load_by_name_locally_and_on_s3() {
         table(&ctx, "SELECT id, name, amount FROM raw.orders ORDER BY id").await,
         EXPECTED_ORDERS
     );
+    // Read as one table, the files' columns put together by name; a file
+    // without a column reads NULL there.
+    write(landing.path(), "extra/f.csv", "name,id\nfay,6\n");
+    assert_eq!(
+        rows(
+            &ctx,
+            &format!(
+                "SELECT id, name, amount FROM read_s3_prefix('{}', all_files => true, \
+                 union_by_name => true, pattern => '[a-z]+[.]csv|extra/.*') ORDER BY id",
+                folder(landing.path())
+            )
+        )
+        .await,
+        ["1|ann|1.5", "2|bob|2.5", "3|cy|3.5", "6|fay|"]
+    );
+    std::fs::remove_dir_all(landing.path().join("extra")).unwrap();
 
     // On S3 too, and names that differ in case only when asked.
     let moto = Moto::start();
@@ -282,6 +298,22 @@ async fn a_new_column_fails_is_added_or_is_rescued() {
         )
         .await,
         ["1|", "2|", "3|{\"region\":\"eu\"}", "4|{\"region\":\"us\"}"]
+    );
+    // A table whose _rescued_data is not text cannot rescue.
+    run(
+        &ctx,
+        "CREATE TABLE raw.odd (id BIGINT, _rescued_data BIGINT)",
+    )
+    .await
+    .unwrap();
+    let wrong = error(
+        &ctx,
+        &format!("COPY INTO raw.odd FROM '{later_uri}' WITH (schema_evolution = 'rescue')"),
+    )
+    .await;
+    assert!(
+        wrong.contains("but raw.odd has a _rescued_data of type long: rename that column"),
+        "{wrong}"
     );
     // A value that does not parse as its column's type is rescued too.
     let odd = tempfile::tempdir().unwrap();
@@ -639,6 +671,18 @@ async fn a_pipe_keeps_loading_through_a_drifting_feed() {
     )
     .await;
     assert!(refused.contains("not 'abort_statement'"), "{refused}");
+    let checking = error(
+        &ctx,
+        &format!(
+            "CREATE PIPE checking AS COPY INTO raw.checking FROM '{}' WITH (validation_mode = 'return_errors')",
+            folder(dir)
+        ),
+    )
+    .await;
+    assert!(
+        checking.contains("CREATE PIPE takes no COPY INTO option 'validation_mode'"),
+        "{checking}"
+    );
     let loaded = |batches: &[datafusion::arrow::array::RecordBatch]| value(batches, "rows");
     assert_eq!(loaded(&run(&ctx, "RUN PIPE feed").await.unwrap()), "2");
     // Columns reordered, a new column, a malformed row.
@@ -657,5 +701,92 @@ async fn a_pipe_keeps_loading_through_a_drifting_feed() {
     assert_eq!(
         scalar(&ctx, "SELECT line FROM copy_rejects('raw.feed')").await,
         "3"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_rows_among_the_first_and_in_json_lines_are_rejected_alone() {
+    let landing = tempfile::tempdir().unwrap();
+    let dir = landing.path();
+    // A row with a field too many among the rows a schema is inferred from.
+    write(dir, "csv/early.csv", "id,name\n1,a\n2,b,extra\n3,c\n");
+    write(
+        dir,
+        "json/events.ndjson",
+        "{\"id\": 1, \"kind\": \"a\"}\n{\"id\": \"two\", \"kind\": \"b\"}\nnot json\n{\"id\": 4}\n",
+    );
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    run(&ctx, "CREATE SCHEMA raw").await.unwrap();
+    run(&ctx, "CREATE TABLE raw.small (id BIGINT, name VARCHAR)")
+        .await
+        .unwrap();
+    run(&ctx, "CREATE TABLE raw.events (id BIGINT, kind VARCHAR)")
+        .await
+        .unwrap();
+    let csv = run(
+        &ctx,
+        &format!(
+            "COPY INTO raw.small FROM '{}' WITH (on_error = 'continue')",
+            folder(&dir.join("csv"))
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (value(&csv, "rows"), value(&csv, "rows_rejected")),
+        ("2".to_string(), "1".to_string())
+    );
+    let json = run(
+        &ctx,
+        &format!(
+            "COPY INTO raw.events FROM '{}' WITH (on_error = 'continue')",
+            folder(&dir.join("json"))
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(value(&json, "rows"), "2");
+    assert_eq!(
+        rows(&ctx, "SELECT id, kind FROM raw.events ORDER BY id").await,
+        ["1|a", "4|"]
+    );
+    let rejected = rows(
+        &ctx,
+        "SELECT line, \"column\", substr(error, 1, 17) FROM copy_rejects('raw.events') ORDER BY line",
+    )
+    .await;
+    assert_eq!(
+        rejected,
+        ["2|id|'two' is not a va", "3||not a JSON object"],
+        "{rejected:?}"
+    );
+    assert_eq!(
+        rows(&ctx, "SELECT line, error FROM copy_rejects('raw.small')").await,
+        ["3|expected 2 field(s), found 3"]
+    );
+
+    // Lines are counted as a CSV reader counts them: a quoted field may
+    // span lines, blank lines hold no row.
+    write(dir, "lined/a.csv", "id,name\n1,\"two\nlines\"\n\n3,c\n");
+    run(
+        &ctx,
+        "CREATE TABLE raw.lined (id BIGINT NOT NULL, name VARCHAR)",
+    )
+    .await
+    .unwrap();
+    run(
+        &ctx,
+        &format!(
+            "COPY INTO raw.lined FROM '{}' WITH (on_error = 'continue', include_metadata = true, \
+             schema_evolution = 'add_columns')",
+            folder(&dir.join("lined"))
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rows(&ctx, "SELECT id, _source_row FROM raw.lined ORDER BY id").await,
+        ["1|2", "3|5"]
     );
 }
