@@ -766,6 +766,18 @@ pub(crate) const OWNED_TABLE_PROPERTIES: [(&str, &str); 2] = [
     ("write.metadata.delete-after-commit.enabled", "true"),
 ];
 
+/// The names of `table`'s current columns, in order.
+pub(crate) fn column_names(table: &Table) -> Vec<String> {
+    table
+        .metadata()
+        .current_schema()
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.clone())
+        .collect()
+}
+
 pub(crate) fn owned_table_properties() -> HashMap<String, String> {
     OWNED_TABLE_PROPERTIES
         .iter()

@@ -888,11 +888,7 @@ async fn validate(
                 }
             }
         }
-        errors.extend(
-            std::mem::take(&mut *rejections.lock().expect("rejections"))
-                .into_iter()
-                .map(CopyError::from),
-        );
+        errors.extend(rejections.take().into_iter().map(CopyError::from));
         if let Some(e) = failed {
             errors.push(whole(e));
         }

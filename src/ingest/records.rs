@@ -355,6 +355,16 @@ fn from_io(uri: &str, error: std::io::Error) -> Error {
     }
 }
 
+/// A CSV reader of records as they are: any field count (a row with the
+/// wrong one is rejected, not an error), the header read as a record.
+fn csv_reader<R: Read>(reader: R, delimiter: u8) -> csv::Reader<R> {
+    csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter)
+        .from_reader(reader)
+}
+
 /// A CSV reader's error for the file `uri`.
 fn csv_error(uri: &str, error: csv::Error) -> Error {
     match error.into_kind() {
@@ -377,11 +387,7 @@ pub(crate) async fn csv_columns(
         file.uri.clone(),
     );
     tokio::task::spawn_blocking(move || -> Result<Vec<String>> {
-        let mut csv = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            .delimiter(delimiter)
-            .from_reader(reader);
+        let mut csv = csv_reader(reader, delimiter);
         let mut record = csv::ByteRecord::new();
         if !csv
             .read_byte_record(&mut record)
@@ -571,11 +577,7 @@ fn read_csv(
     sink: &Sink,
 ) -> Result<()> {
     let width = builders.columns.len();
-    let mut csv = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .delimiter(delimiter)
-        .from_reader(reader);
+    let mut csv = csv_reader(reader, delimiter);
     let mut record = csv::ByteRecord::new();
     let mut first = true;
     loop {

@@ -417,19 +417,17 @@ impl Access {
             .unwrap_or(key)
     }
 
-    /// `files` with only those whose key matches `options.pattern`.
-    pub(crate) fn matching(
+    /// Whether the file at `location` is a candidate under
+    /// `options.pattern` (every file is, without one).
+    pub(crate) fn admits(
         &self,
-        files: Vec<SourceFile>,
         options: &SourceOptions,
-    ) -> Vec<SourceFile> {
-        match &options.pattern {
-            Some(pattern) => files
-                .into_iter()
-                .filter(|f| pattern.matches(&self.relative_key(&f.meta.location)))
-                .collect(),
-            None => files,
-        }
+        location: &object_store::path::Path,
+    ) -> bool {
+        options
+            .pattern
+            .as_ref()
+            .is_none_or(|pattern| pattern.matches(&self.relative_key(location)))
     }
 }
 
@@ -446,7 +444,7 @@ pub(crate) async fn select(
             let matching: Vec<&ObjectMeta> = candidates
                 .iter()
                 .copied()
-                .filter(|m| pattern.matches(&relative(m)))
+                .filter(|m| access.admits(options, &m.location))
                 .collect();
             if matching.is_empty() && !candidates.is_empty() {
                 return Err(Error::invalid(format!(

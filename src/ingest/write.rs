@@ -17,6 +17,7 @@ use super::read::{PrefixTable, Source};
 use super::records::{Conform, Rejected, csv_columns, delimiter, text_rows};
 use super::shape::{Plan, RowErrors, extras};
 use super::source::{Access, SourceFile};
+use crate::catalog::column_names;
 use crate::catalog::writer::write_rows;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -46,7 +47,43 @@ pub(crate) struct Written {
 }
 
 /// The rows rejected so far while a file streams.
-type Rejections = Arc<Mutex<Vec<Rejected>>>;
+#[derive(Debug, Clone)]
+pub(crate) struct Rejections {
+    /// The file's URI.
+    uri: String,
+    rows: Arc<Mutex<Vec<Rejected>>>,
+}
+
+impl Rejections {
+    fn new(uri: &str) -> Self {
+        Self {
+            uri: uri.to_string(),
+            rows: Arc::default(),
+        }
+    }
+
+    /// Adds `more`; fails the file past [`MAX_REJECTED_ROWS`].
+    fn gather(&self, more: Vec<Rejected>) -> Result<()> {
+        if more.is_empty() {
+            return Ok(());
+        }
+        let mut rows = self.rows.lock().expect("rejections");
+        rows.extend(more);
+        if rows.len() > MAX_REJECTED_ROWS {
+            return Err(Error::invalid(format!(
+                "more than {MAX_REJECTED_ROWS} rows of {} are malformed: the file is not \
+                 loaded; check it with validation_mode = 'return_errors'",
+                self.uri
+            )));
+        }
+        Ok(())
+    }
+
+    /// The rows rejected so far, taken.
+    pub(crate) fn take(&self) -> Vec<Rejected> {
+        std::mem::take(&mut *self.rows.lock().expect("rejections"))
+    }
+}
 
 /// Opens `file` for a copy, its columns inferred. When a copy looks at
 /// rows one by one, a malformed row must not fail the file before it
@@ -69,14 +106,7 @@ pub(crate) async fn open_file(
     }
     let names: Vec<String> = match (format, target) {
         (Format::Csv, _) => csv_columns(access, file, options).await?,
-        (Format::Json, Some(target)) => target
-            .metadata()
-            .current_schema()
-            .as_struct()
-            .fields()
-            .iter()
-            .map(|f| f.name.clone())
-            .collect(),
+        (Format::Json, Some(target)) => column_names(target),
         _ => return Err(error),
     };
     let mut text = options.clone();
@@ -123,19 +153,12 @@ impl Copying {
             &self.options,
             self.format,
         )?);
-        let rejections: Rejections = Arc::default();
+        let rejections = Rejections::new(&file.uri);
         let errors = RowErrors::of(&self.options);
-        let too_many = |uri: &str| {
-            Error::invalid(format!(
-                "more than {MAX_REJECTED_ROWS} rows of {uri} are malformed: the file is not \
-                 loaded; check it with validation_mode = 'return_errors'"
-            ))
-        };
         let stream: BoxStream<'static, Result<RecordBatch>> = if errors.row_by_row()
             && matches!(self.format, Format::Csv | Format::Json)
         {
-            let rejected = Arc::clone(&rejections);
-            let uri = file.uri.clone();
+            let rejected = rejections.clone();
             let delimiter =
                 (self.format == Format::Csv).then(|| delimiter(&self.options, &file.uri));
             let numbered = plan.numbers_rows();
@@ -152,11 +175,7 @@ impl Copying {
             )
             .map(move |rows| {
                 let (batch, more) = rows?;
-                let mut rejected = rejected.lock().expect("rejections");
-                rejected.extend(more);
-                if rejected.len() > MAX_REJECTED_ROWS {
-                    return Err(too_many(&uri));
-                }
+                rejected.gather(more)?;
                 Ok(batch)
             })
             .boxed()
@@ -174,21 +193,14 @@ impl Copying {
                 .await?
                 .execute_stream()
                 .await?;
-            let rejected = Arc::clone(&rejections);
-            let uri = file.uri.clone();
+            let rejected = rejections.clone();
             let mut next_row = 1i64;
             rows.map(move |batch| {
                 let batch = batch?;
                 let first = next_row;
                 next_row += batch.num_rows() as i64;
                 let (batch, more) = plan.apply(&batch, first, None, None)?;
-                if !more.is_empty() {
-                    let mut rejected = rejected.lock().expect("rejections");
-                    rejected.extend(more);
-                    if rejected.len() > MAX_REJECTED_ROWS {
-                        return Err(too_many(&uri));
-                    }
-                }
+                rejected.gather(more)?;
                 Ok(batch)
             })
             .boxed()
@@ -205,7 +217,7 @@ impl Copying {
     ) -> Result<Written> {
         let (rows, rejections) = self.rows(source).await?;
         let files = write_rows(&self.target, file_prefix, rows.map_err(Error::from)).await?;
-        let rejected = std::mem::take(&mut *rejections.lock().expect("rejections"));
+        let rejected = rejections.take();
         Ok(Written { files, rejected })
     }
 }

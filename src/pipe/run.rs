@@ -372,7 +372,7 @@ async fn load_new(
     } else {
         None
     };
-    let files = access.matching(files, &options);
+    files.retain(|f| access.admits(&options, &f.meta.location));
     let run = copy_files(
         catalog,
         &pipe.target,

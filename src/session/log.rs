@@ -418,14 +418,7 @@ mod tests {
 
         // A new download log is named for what it holds.
         let table = log_table(&catalog, DOWNLOADS).await.unwrap();
-        let names: Vec<String> = table
-            .metadata()
-            .current_schema()
-            .as_struct()
-            .fields()
-            .iter()
-            .map(|f| f.name.clone())
-            .collect();
+        let names = crate::catalog::column_names(&table);
         assert_eq!(
             names[..4],
             ["download_id", "state", "sources", "download_table"]

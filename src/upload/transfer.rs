@@ -90,14 +90,7 @@ pub(crate) async fn rewrite(
     target: &Table,
     verified: Recipe,
 ) -> Result<Vec<DataFile>> {
-    let names: Vec<String> = target
-        .metadata()
-        .current_schema()
-        .as_struct()
-        .fields()
-        .iter()
-        .map(|f| f.name.clone())
-        .collect();
+    let names = crate::catalog::column_names(target);
     let staged = RecipeTable::of_recipe(&staging.table, verified)?;
     let ctx = datafusion::prelude::SessionContext::new();
     let rows = ctx
