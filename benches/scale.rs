@@ -7,7 +7,9 @@
 //! `--uploads N` (default 1,000; a multiple of 100). `--maintain` also runs,
 //! after each round (untimed in ms/upload, shown apart), what a user's
 //! maintenance job would: `EXPIRE SNAPSHOTS` (keeping 10) and
-//! `REWRITE MANIFESTS` on the target.
+//! `REWRITE MANIFESTS` on the target. `--rewrite` ends with `REWRITE DATA
+//! FILES` on the target and times a full scan of it before and after (the
+//! median of five each, in the same run), with its data files counted.
 
 mod support;
 
@@ -42,6 +44,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map_or(1000, |n| n.parse().expect("--uploads N"));
     let maintain = args.iter().any(|a| a == "--maintain");
+    let rewrite = args.iter().any(|a| a == "--rewrite");
     assert!(
         uploads >= 2 * ROUND && uploads.is_multiple_of(ROUND),
         "--uploads: a multiple of {ROUND}, at least {}",
@@ -167,5 +170,49 @@ fn main() {
             "last round / second round: {:.2}",
             per_round[per_round.len() - 1] / per_round[1]
         );
+        if rewrite {
+            rewrite_and_scan(&ctx, &ops, uploads).await;
+        }
     });
+}
+
+/// The median of five timed full scans of the target, in ms.
+async fn scan_ms(ctx: &SessionContext, uploads: usize) -> f64 {
+    let mut times = vec![];
+    for _ in 0..5 {
+        let t = Instant::now();
+        let batches = ctx
+            .sql("SELECT count(*), sum(id + cents) FROM shop.orders")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        let rows = datafusion::arrow::util::display::array_value_to_string(batches[0].column(0), 0)
+            .unwrap();
+        assert_eq!(rows, (2 * uploads).to_string());
+    }
+    times.sort_by(f64::total_cmp);
+    times[2]
+}
+
+/// `REWRITE DATA FILES` on the target, with a full scan timed before and
+/// after.
+async fn rewrite_and_scan(ctx: &SessionContext, ops: &Operations, uploads: usize) {
+    let before = scan_ms(ctx, uploads).await;
+    let t = Instant::now();
+    let packed = ops
+        .rewrite_data_files("shop.orders", icestage::RewriteDataOptions::default())
+        .await
+        .unwrap();
+    let rewrite_s = t.elapsed().as_secs_f64();
+    let after = scan_ms(ctx, uploads).await;
+    println!(
+        "REWRITE DATA FILES: {} data files -> {} in {rewrite_s:.1} s; full scan (median of 5) \
+         {before:.0} ms -> {after:.0} ms: {:.1}x faster",
+        packed.data_files_before,
+        packed.data_files_after,
+        before / after
+    );
 }

@@ -26,7 +26,9 @@ use crate::ingest::copy_into::CopyReport;
 use crate::pipe::run::PipeRun;
 use crate::pipe::{CreatePipe, PipeName, PipeOptions, PipeRunRecord, PipeState, PipeStatus};
 use crate::session::CommandContext;
-use crate::tables::maintain::ManifestsRewritten;
+use crate::tables::maintain::{
+    DataFilesRewritten, ManifestsRewritten, OrphanFilesRemoved, OrphanOptions, RewriteDataOptions,
+};
 use crate::tables::rules::TableConstraint;
 use crate::upload::UploadId;
 use crate::upload::abort::UploadAborted;
@@ -458,6 +460,32 @@ impl Operations {
     ) -> Result<ManifestsRewritten> {
         let (catalog, ident) = self.resolve(table.into())?;
         crate::tables::maintain::rewrite_manifests(&self.context()?, &catalog, &ident).await
+    }
+
+    /// `REWRITE DATA FILES <table>`: bin-packs each partition's small data
+    /// files into files of the target size, in one `replace` snapshot that
+    /// changes no row; promotions that land meanwhile are committed around.
+    pub async fn rewrite_data_files(
+        &self,
+        table: impl Into<TableReference>,
+        options: RewriteDataOptions,
+    ) -> Result<DataFilesRewritten> {
+        let (catalog, ident) = self.resolve(table.into())?;
+        crate::tables::maintain::rewrite_data_files(&self.context()?, &catalog, &ident, &options)
+            .await
+    }
+
+    /// `REMOVE ORPHAN FILES <table>`: deletes the files under the table's
+    /// location that nothing references and that are older than
+    /// `options.older_than` (or, with `dry_run`, only finds them).
+    pub async fn remove_orphan_files(
+        &self,
+        table: impl Into<TableReference>,
+        options: OrphanOptions,
+    ) -> Result<OrphanFilesRemoved> {
+        let (catalog, ident) = self.resolve(table.into())?;
+        crate::tables::maintain::remove_orphan_files(&self.context()?, &catalog, &ident, &options)
+            .await
     }
 
     /// `table_constraints(table)`: the rules promotions into `table` check.

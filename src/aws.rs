@@ -160,3 +160,47 @@ pub(crate) async fn assume_role(
             .unwrap_or_default(),
     })
 }
+
+impl AwsSettings {
+    /// An object store over `bucket` with these settings: the catalog's
+    /// keys, or the default chain's, resolved once (what a listing of a
+    /// table's location runs with).
+    pub(crate) async fn object_store(
+        &self,
+        bucket: &str,
+    ) -> Result<std::sync::Arc<dyn object_store::ObjectStore>> {
+        use aws_credential_types::provider::ProvideCredentials;
+
+        let sdk = self.sdk_config(None).await;
+        let provider = sdk.credentials_provider().ok_or_else(|| {
+            Error::Config(
+                "no AWS credentials: set access_key_id and secret_access_key (or role_arn) in the \
+                 catalog's config"
+                    .to_string(),
+            )
+        })?;
+        let credentials = provider.provide_credentials().await.map_err(|e| {
+            Error::Config(format!(
+                "no AWS credentials for bucket '{bucket}': {}",
+                aws_sdk_sts::error::DisplayErrorContext(&e)
+            ))
+        })?;
+        let mut builder = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(bucket)
+            .with_region(&self.region)
+            .with_access_key_id(credentials.access_key_id())
+            .with_secret_access_key(credentials.secret_access_key());
+        if let Some(token) = credentials.session_token() {
+            builder = builder.with_token(token);
+        }
+        if let Some(endpoint) = &self.s3_endpoint {
+            builder = builder
+                .with_endpoint(endpoint)
+                .with_allow_http(true)
+                .with_virtual_hosted_style_request(false);
+        }
+        Ok(std::sync::Arc::new(builder.build().map_err(|e| {
+            Error::Config(format!("cannot reach bucket '{bucket}': {e}"))
+        })?))
+    }
+}

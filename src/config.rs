@@ -286,20 +286,68 @@ pub(crate) fn sqlite_path(uri: &str) -> Option<PathBuf> {
     (!rest.is_empty()).then(|| PathBuf::from(rest))
 }
 
-/// Parses a duration such as `500ms`, `90s`, `30m`, `24h`, `7d` (a bare
-/// number is seconds).
-pub fn parse_duration(text: &str) -> Result<Duration> {
+/// `true`/`false` (and `on`/`off`, `1`/`0`) for option `name`.
+pub(crate) fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "on" | "1" | "yes" => Ok(true),
+        "false" | "off" | "0" | "no" => Ok(false),
+        _ => Err(Error::invalid(format!(
+            "option {name} = '{value}' is not a boolean: write {name} = true or {name} = false"
+        ))),
+    }
+}
+
+/// `text` as a whole number and the unit after it (`"24 h"`: 24, `"h"`).
+fn number_and_unit(text: &str) -> Option<(u64, &str)> {
     let trimmed = text.trim();
     let split = trimmed
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
+    Some((number.parse().ok()?, unit.trim()))
+}
+
+/// The largest size [`parse_size`] takes (64 GiB).
+const MAX_SIZE_BYTES: u64 = 64 << 30;
+
+/// Parses a size such as `512MB`, `64 MiB`, `1GB`, `4096` (a bare number is
+/// bytes; `KB`/`MB`/`GB`/`TB` count in 1,024s as `KiB`/`MiB`/`GiB`/`TiB`
+/// do, as Iceberg's sizes are usually written), from 1 byte to 64 GiB.
+pub fn parse_size(text: &str) -> Result<u64> {
+    let bad = || {
+        Error::invalid(format!(
+            "'{text}' is not a size: write a whole number with a unit, e.g. '4096', '64KB', '512MB', '1GB'"
+        ))
+    };
+    let (value, unit) = number_and_unit(text).ok_or_else(bad)?;
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(bad()),
+    };
+    match value.checked_mul(1u64 << shift) {
+        Some(0) => Err(Error::invalid(format!(
+            "size '{text}' is zero: give a positive size such as '512MB'"
+        ))),
+        Some(bytes) if bytes <= MAX_SIZE_BYTES => Ok(bytes),
+        _ => Err(Error::invalid(format!(
+            "size '{text}' is too large: the largest is 64GB"
+        ))),
+    }
+}
+
+/// Parses a duration such as `500ms`, `90s`, `30m`, `24h`, `7d` (a bare
+/// number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration> {
     let bad = || {
         Error::invalid(format!(
             "'{text}' is not a duration: write a whole number with a unit, e.g. '500ms', '90s', '30m', '24h', '7d'"
         ))
     };
-    let value: u64 = number.parse().map_err(|_| bad())?;
+    let (value, unit) = number_and_unit(text).ok_or_else(bad)?;
     let seconds = |per: u64| {
         value
             .checked_mul(per)
@@ -376,6 +424,21 @@ mod tests {
         assert!(parse_duration("0h").is_err());
         assert!(parse_duration("0ms").is_err());
         assert!(parse_duration("3w").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("512MB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("64 MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1gb").unwrap(), 1 << 30);
+        assert_eq!(parse_size("64GB").unwrap(), 64 << 30);
+        let err = parse_size("big").unwrap_err().to_string();
+        assert!(err.contains("'big' is not a size"), "{err}");
+        assert!(parse_size("0MB").is_err());
+        assert!(parse_size("65GB").is_err());
+        assert!(parse_size("99999999999999999999TB").is_err());
+        assert!(parse_size("3PB").is_err());
     }
 
     #[test]

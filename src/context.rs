@@ -38,6 +38,7 @@ pub async fn register(ctx: &SessionContext, config: IcestageConfig) -> Result<Ar
     apache_avro::util::max_allocation_bytes(
         usize::try_from(config.limits.metadata_inflated_bytes).unwrap_or(usize::MAX),
     );
+    crate::catalog::upkeep::install_data_rewrite(crate::tables::maintain::rewrite_in_background);
     let icestage = Arc::new(Icestage::connect(&config).await?);
     for catalog in icestage.catalogs() {
         ctx.register_catalog(

@@ -130,11 +130,9 @@ pub(crate) async fn expire_snapshots(
 
     use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-    use iceberg::NamespaceIdent;
-
     use crate::catalog::commit::{GC_ENABLED, commit_expiry, gc_enabled};
     use crate::ingest::copy_into::{SNAPSHOT_COPY_ID, mark_committed};
-    use crate::upload::{SNAPSHOT_UPLOAD_ID, STAGING_NAMESPACE};
+    use crate::upload::SNAPSHOT_UPLOAD_ID;
 
     let catalog = ctx.icestage.catalog(catalog)?;
     // This process's background merge of the table waits (it would make
@@ -221,10 +219,7 @@ pub(crate) async fn expire_snapshots(
     // Data files no remaining snapshot reads are deleted under the table's
     // location, and under the staging tables' (a promotion registers the
     // staging table's files in the target).
-    let roots: Vec<String> = catalog
-        .default_namespace_location(&NamespaceIdent::new(STAGING_NAMESPACE.to_string()))
-        .into_iter()
-        .collect();
+    let roots = catalog.promoted_roots();
     let (expired, files) = commit_expiry(catalog, &table, tx, &roots).await.map_err(|e| {
         if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
             crate::error::Error::Conflict(format!(

@@ -60,7 +60,10 @@ pub use progress::{Progress, ProgressSink};
 pub use rows::{ResultRow, has_json_columns, json_rows};
 pub use secret::Secret;
 pub use session::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
-pub use tables::maintain::ManifestsRewritten;
+pub use tables::maintain::{
+    DataFilesRewritten, ManifestsRewritten, ORPHAN_OPTIONS, OrphanFilesRemoved, OrphanOptions,
+    REWRITE_DATA_OPTIONS, RewriteDataOptions,
+};
 pub use tables::rules::TableConstraint;
 pub use upload::abort::UploadAborted;
 pub use upload::create::{UploadOpened, UploadOptions};

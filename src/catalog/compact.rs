@@ -188,14 +188,7 @@ pub(crate) async fn rewrite_manifests(
         for manifest in group {
             let read = super::manifest::load(table, manifest, &assigned).await?;
             for entry in read.entries().iter().filter(|e| e.is_alive()) {
-                let (Some(added_in), Some(sequence)) =
-                    (entry.snapshot_id(), entry.sequence_number())
-                else {
-                    return Err(Error::invalid(format!(
-                        "{name}: manifest {} has an entry without its snapshot or sequence number",
-                        manifest.manifest_path
-                    )));
-                };
+                let (added_in, sequence) = super::manifest::kept_numbers(entry, manifest, &name)?;
                 entries.push((
                     format!("{:?}", entry.data_file().partition()),
                     entry.data_file().clone(),
@@ -272,13 +265,7 @@ pub(crate) async fn rewrite_manifests(
         list_writer.close().await?;
 
         // The table's totals do not change; a replace says so.
-        let totals: std::collections::HashMap<String, String> = parent
-            .summary()
-            .additional_properties
-            .iter()
-            .filter(|(k, _)| k.starts_with("total-"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let totals = super::snapshot::totals(parent);
         let snapshot = Snapshot::builder()
             .with_snapshot_id(snapshot_id)
             .with_parent_snapshot_id(Some(parent.snapshot_id()))

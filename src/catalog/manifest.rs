@@ -174,6 +174,23 @@ pub(crate) async fn delete_confined(
     Ok(())
 }
 
+/// The snapshot that added `entry` and its data sequence number, which a
+/// rewrite of the manifest that lists it (`manifest`, of table `name`)
+/// must keep; an entry without them is refused.
+pub(crate) fn kept_numbers(
+    entry: &iceberg::spec::ManifestEntry,
+    manifest: &iceberg::spec::ManifestFile,
+    name: &str,
+) -> Result<(i64, i64)> {
+    match (entry.snapshot_id(), entry.sequence_number()) {
+        (Some(added_in), Some(sequence)) => Ok((added_in, sequence)),
+        _ => Err(Error::invalid(format!(
+            "{name}: manifest {} has an entry without its snapshot or sequence number",
+            manifest.manifest_path
+        ))),
+    }
+}
+
 /// A manifest list's `bytes` (from `path`) decoded: the container checked
 /// ([`check_container`]), then parsed so that a panic is an error.
 pub(crate) fn decode_list(

@@ -7,6 +7,7 @@
 //! every attempt; [`ddl`] turns `CREATE TABLE` into an Iceberg table.
 
 pub(crate) mod append;
+pub(crate) mod bin_pack;
 pub(crate) mod cache;
 pub(crate) mod claims;
 pub(crate) mod commit;
@@ -18,6 +19,7 @@ pub(crate) mod insert;
 pub(crate) mod lookup;
 pub(crate) mod manifest;
 pub(crate) mod oauth;
+pub(crate) mod orphans;
 pub(crate) mod pointer;
 pub(crate) mod provider;
 pub(crate) mod registry;
@@ -27,6 +29,9 @@ pub(crate) mod snapshot;
 pub(crate) mod upkeep;
 pub(crate) mod views;
 pub(crate) mod writer;
+
+/// Namespace of staging tables.
+pub const STAGING_NAMESPACE: &str = "staging";
 
 pub use registry::Icestage;
 
@@ -498,6 +503,15 @@ impl IcebergCatalog {
             self.default_namespace_location(ident.namespace())?,
             ident.name()
         ))
+    }
+
+    /// Where a promotion leaves the staging files it registers in a target
+    /// (the staging namespace's folder): besides a target's own location,
+    /// where its data files may lie.
+    pub(crate) fn promoted_roots(&self) -> Vec<String> {
+        self.default_namespace_location(&NamespaceIdent::new(STAGING_NAMESPACE.to_string()))
+            .into_iter()
+            .collect()
     }
 
     /// The folder under which this catalog places the tables of

@@ -40,6 +40,20 @@ pub(crate) fn add_as_head(
     ]
 }
 
+/// The `total-*` counts of `snapshot`'s summary (what a snapshot on top of
+/// it carries forward).
+pub(crate) fn totals(
+    snapshot: &iceberg::spec::Snapshot,
+) -> std::collections::HashMap<String, String> {
+    snapshot
+        .summary()
+        .additional_properties
+        .iter()
+        .filter(|(k, _)| k.starts_with("total-"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// `base` at its next version: `metadata`, written at `location`.
 pub(crate) fn successor(
     base: &Table,

@@ -18,13 +18,24 @@
 //! A merge is a `replace` snapshot that changes no row and keeps every
 //! entry's snapshot id and sequence number, and every older snapshot (the
 //! exactly-once evidence), as `REWRITE MANIFESTS` does.
+//!
+//! A user's table that sets [`REWRITE_DATA_AFTER`] also gets its small data
+//! files rewritten (`REWRITE DATA FILES` with the table's defaults) once
+//! that many commits have landed since the last rewrite. Rewriting data is
+//! an operation above this layer: it runs through the hook installed at
+//! connect time ([`install_data_rewrite`]); this module only says when it
+//! is due.
 
+use std::sync::OnceLock;
+
+use futures::future::BoxFuture;
 use iceberg::TableIdent;
 use iceberg::spec::FormatVersion;
 use iceberg::table::Table;
 
 use super::IcebergCatalog;
 use super::Whose;
+use super::bin_pack::PACKED_AT;
 use super::commit::{trim_due, trim_snapshots};
 use super::compact::{Layout, MERGED_AT, rewrite_manifests};
 
@@ -55,10 +66,29 @@ const USER_LAYOUT: Layout = Layout::Levels {
     level_one: 1000,
 };
 
+/// Table property: after how many commits since the last data-file
+/// rewrite icestage rewrites a user's table's small data files in the
+/// background (unset: never; `REWRITE DATA FILES` by hand).
+pub(crate) const REWRITE_DATA_AFTER: &str = "icestage.rewrite-data-files.after-commits";
+
+/// What rewrites a table's small data files (`REWRITE DATA FILES` with the
+/// table's defaults): an operation of a layer above, installed at connect.
+pub(crate) type DataRewrite =
+    fn(IcebergCatalog, Table) -> BoxFuture<'static, crate::error::Result<()>>;
+
+static DATA_REWRITE: OnceLock<DataRewrite> = OnceLock::new();
+
+/// Installs what the background upkeep runs when a data-file rewrite is
+/// due (once per process; later calls keep the first).
+pub(crate) fn install_data_rewrite(rewrite: DataRewrite) {
+    let _ = DATA_REWRITE.set(rewrite);
+}
+
 /// What is due on a table of `whose` after an append.
 struct Due {
     trim: bool,
     merge: bool,
+    pack: bool,
 }
 
 impl Due {
@@ -67,16 +97,18 @@ impl Due {
             Whose::Icestage => Due {
                 trim: trim_due(table),
                 merge: merge_due(table, OWNED_MERGE_AFTER),
+                pack: false,
             },
             Whose::User => Due {
                 trim: false,
                 merge: merge_after(table).is_some_and(|after| merge_due(table, after)),
+                pack: pack_due(table),
             },
         }
     }
 
     fn any(&self) -> bool {
-        self.trim || self.merge
+        self.trim || self.merge || self.pack
     }
 }
 
@@ -118,6 +150,12 @@ pub(crate) fn after_append(catalog: &IcebergCatalog, appended: Table, whose: Who
             }
             if due.trim {
                 trim_snapshots(&catalog, &table).await?;
+                table = catalog.catalog().load_table(&ident).await?;
+            }
+            if due.pack
+                && let Some(rewrite) = DATA_REWRITE.get()
+            {
+                rewrite(catalog.clone(), table).await?;
                 table = catalog.catalog().load_table(&ident).await?;
             }
             if Due::of(&table, whose).merge {
@@ -162,6 +200,29 @@ fn merge_after(table: &Table) -> Option<i64> {
         None => Some(DEFAULT_MIN_COUNT_TO_MERGE),
         Some(value) => value.trim().parse::<i64>().ok().filter(|n| *n >= 1),
     }
+}
+
+/// Whether [`REWRITE_DATA_AFTER`] commits have landed on `table` since its
+/// data files were last rewritten (a value that is not a count is left
+/// alone, as [`merge_after`] leaves one).
+fn pack_due(table: &Table) -> bool {
+    let metadata = table.metadata();
+    if metadata.format_version() != FormatVersion::V2 || DATA_REWRITE.get().is_none() {
+        return false;
+    }
+    let properties = metadata.properties();
+    let Some(after) = properties
+        .get(REWRITE_DATA_AFTER)
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|n| *n >= 1)
+    else {
+        return false;
+    };
+    let packed_at = properties
+        .get(PACKED_AT)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    metadata.last_sequence_number() - packed_at >= after
 }
 
 /// Whether `after` commits have landed on `table` since its manifests were

@@ -261,20 +261,63 @@ fn truncated(bound: &Datum, n: usize, upper: bool) -> Option<Datum> {
     }
 }
 
+/// Iceberg's table property for the size a writer rolls to a new file at.
+pub(crate) const TARGET_FILE_SIZE_PROPERTY: &str = "write.target-file-size-bytes";
+/// [`TARGET_FILE_SIZE_PROPERTY`] when a table does not set it (Iceberg's
+/// default, 512 MiB).
+pub(crate) const DEFAULT_TARGET_FILE_SIZE: u64 = 512 * 1024 * 1024;
+
+/// The size `target`'s writers roll to a new file at: its
+/// `write.target-file-size-bytes`, else Iceberg's default. A value that is
+/// not a positive number is refused by name.
+pub(crate) fn target_file_size(target: &Table) -> Result<u64> {
+    match target
+        .metadata()
+        .properties()
+        .get(TARGET_FILE_SIZE_PROPERTY)
+    {
+        None => Ok(DEFAULT_TARGET_FILE_SIZE),
+        Some(value) => value
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "table {} sets {TARGET_FILE_SIZE_PROPERTY} = '{value}', which is not a \
+                     positive number of bytes: set it to one (e.g. 536870912) or unset it",
+                    target.identifier()
+                ))
+            }),
+    }
+}
+
 /// Writes `rows` (columns named as the target's; types are cast) as new
-/// Parquet files of `target`, split by its partition spec, streaming.
+/// Parquet files of `target`, split by its partition spec, streaming, each
+/// file rolled at the table's target file size ([`target_file_size`]).
 /// Returns the data files, not yet committed.
 pub(crate) async fn write_rows(
     target: &Table,
     file_prefix: &str,
+    rows: impl futures::Stream<Item = Result<RecordBatch>> + Unpin,
+) -> Result<Vec<DataFile>> {
+    write_rows_sized(target, file_prefix, rows, target_file_size(target)?).await
+}
+
+/// [`write_rows`], rolling to a new file at `file_size` bytes.
+pub(crate) async fn write_rows_sized(
+    target: &Table,
+    file_prefix: &str,
     mut rows: impl futures::Stream<Item = Result<RecordBatch>> + Unpin,
+    file_size: u64,
 ) -> Result<Vec<DataFile>> {
     let metadata = target.metadata();
     let schema = metadata.current_schema();
     let arrow: ArrowSchemaRef = Arc::new(schema_to_arrow_schema(schema)?);
     let name = target.identifier().to_string();
-    let files = RollingFileWriterBuilder::new_with_default_file_size(
+    let files = RollingFileWriterBuilder::new(
         ParquetWriterBuilder::new(writer_properties(target)?, Arc::clone(schema)),
+        usize::try_from(file_size).unwrap_or(usize::MAX),
         target.file_io().clone(),
         DefaultLocationGenerator::new(metadata)?,
         DefaultFileNameGenerator::new(file_prefix.to_string(), None, DataFileFormat::Parquet),

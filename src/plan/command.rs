@@ -28,7 +28,9 @@ use crate::pipe::{CreatePipe, PipeName, PipeState, PipeStatus};
 use crate::rows::ResultRow;
 pub(crate) use crate::session::CommandContext;
 use crate::tables::ddl::CreateTable;
-use crate::tables::maintain::ManifestsRewritten;
+use crate::tables::maintain::{
+    DataFilesRewritten, ManifestsRewritten, OrphanFilesRemoved, OrphanOptions, RewriteDataOptions,
+};
 use crate::tables::rules::{Rule, TableConstraint};
 use crate::upload;
 use crate::upload::UploadId;
@@ -121,6 +123,18 @@ pub(crate) enum Command {
     ExpireStaging,
     /// `REWRITE MANIFESTS <table>`
     RewriteManifests { catalog: String, table: TableIdent },
+    /// `REWRITE DATA FILES <table> [WITH (...)]`
+    RewriteDataFiles {
+        catalog: String,
+        table: TableIdent,
+        options: RewriteDataOptions,
+    },
+    /// `REMOVE ORPHAN FILES <table> [WITH (...)]`
+    RemoveOrphanFiles {
+        catalog: String,
+        table: TableIdent,
+        options: OrphanOptions,
+    },
     /// `EXPIRE SNAPSHOTS <table> [WITH (...)]`
     ExpireSnapshots {
         catalog: String,
@@ -169,6 +183,8 @@ impl Command {
             Command::ExpireStaging => "ExpireStaging",
             Command::ExpireSnapshots { .. } => "ExpireSnapshots",
             Command::RewriteManifests { .. } => "RewriteManifests",
+            Command::RewriteDataFiles { .. } => "RewriteDataFiles",
+            Command::RemoveOrphanFiles { .. } => "RemoveOrphanFiles",
             Command::UploadStatus { .. } => "UploadStatus",
             Command::ListUploads => "ListUploads",
             Command::CreateNamespace { .. } => "CreateNamespace",
@@ -185,6 +201,8 @@ impl Command {
             Command::ExpireStaging => StagingExpired::schema(),
             Command::ExpireSnapshots { .. } => SnapshotsExpired::schema(),
             Command::RewriteManifests { .. } => ManifestsRewritten::schema(),
+            Command::RewriteDataFiles { .. } => DataFilesRewritten::schema(),
+            Command::RemoveOrphanFiles { .. } => OrphanFilesRemoved::schema(),
             Command::UploadStatus { .. } | Command::ListUploads => UploadStatus::schema(),
             Command::UploadFindings { .. } => UploadFinding::schema(),
             Command::VendCredentials { .. } => SessionCredentials::schema(),
@@ -325,6 +343,20 @@ impl Command {
             Command::RewriteManifests { catalog, table } => {
                 one(crate::tables::maintain::rewrite_manifests(&ctx, catalog, table).await?)
             }
+            Command::RewriteDataFiles {
+                catalog,
+                table,
+                options,
+            } => one(
+                crate::tables::maintain::rewrite_data_files(&ctx, catalog, table, options).await?,
+            ),
+            Command::RemoveOrphanFiles {
+                catalog,
+                table,
+                options,
+            } => one(
+                crate::tables::maintain::remove_orphan_files(&ctx, catalog, table, options).await?,
+            ),
             Command::UploadStatus { id } => one(upload::status::upload_status(&ctx, id).await?),
             Command::ListUploads => {
                 UploadStatus::to_batch(&upload::status::list_uploads(&ctx).await?)
@@ -480,6 +512,21 @@ impl fmt::Display for Command {
             Command::RewriteManifests { catalog, table } => {
                 write!(f, "RewriteManifests: {catalog}.{table}")
             }
+            Command::RewriteDataFiles {
+                catalog,
+                table,
+                options,
+            } => write!(f, "RewriteDataFiles: {catalog}.{table}, {options:?}"),
+            Command::RemoveOrphanFiles {
+                catalog,
+                table,
+                options,
+            } => write!(
+                f,
+                "RemoveOrphanFiles: {catalog}.{table}, older_than={}, dry_run={}",
+                crate::config::format_duration(options.older_than),
+                options.dry_run
+            ),
             Command::ExpireSnapshots {
                 catalog,
                 table,

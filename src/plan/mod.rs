@@ -20,7 +20,7 @@ pub(crate) use self::command::Command;
 use self::node::CommandNode;
 pub(crate) use self::node::IcestageQueryPlanner;
 use crate::catalog::Icestage;
-use crate::config::{Ttl, parse_duration};
+use crate::config::{Ttl, parse_bool, parse_duration};
 use crate::download::DownloadId;
 use crate::download::create::DownloadOptions;
 use crate::error::{Error, Result};
@@ -29,6 +29,7 @@ use crate::pipe::{CreatePipe, PipeName, PipeOptions, PipeState};
 use crate::sql::parser::{Statement, check_options};
 use crate::tables::ddl;
 use crate::tables::ddl::CreateTable;
+use crate::tables::maintain::{OrphanOptions, RewriteDataOptions};
 use crate::tables::rules::Rule;
 use crate::upload::UploadId;
 use crate::upload::create::UploadOptions;
@@ -225,6 +226,24 @@ async fn plan_statement(
                 table,
             })
         }
+        Statement::RewriteDataFiles { table, options } => {
+            let options = RewriteDataOptions::from_pairs(&options)?;
+            let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
+            command_plan(Command::RewriteDataFiles {
+                catalog: catalog.name().to_string(),
+                table,
+                options,
+            })
+        }
+        Statement::RemoveOrphanFiles { table, options } => {
+            let options = OrphanOptions::from_pairs(&options)?;
+            let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
+            command_plan(Command::RemoveOrphanFiles {
+                catalog: catalog.name().to_string(),
+                table,
+                options,
+            })
+        }
         Statement::ExpireSnapshots { table, options } => {
             check_options("EXPIRE SNAPSHOTS", &options, &["older_than", "retain_last"])?;
             let mut expire = ExpireOptions::default();
@@ -269,17 +288,6 @@ fn option<'a>(options: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.as_str())
-}
-
-/// `true`/`false` (and `on`/`off`, `1`/`0`) for option `name`.
-fn parse_bool(name: &str, value: &str) -> Result<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "on" | "1" | "yes" => Ok(true),
-        "false" | "off" | "0" | "no" => Ok(false),
-        _ => Err(Error::invalid(format!(
-            "option {name} = '{value}' is not a boolean: write {name} = true or {name} = false"
-        ))),
-    }
 }
 
 fn command_plan(command: Command) -> Result<LogicalPlan> {

@@ -40,6 +40,20 @@ pub enum Statement {
         /// The table.
         table: ObjectName,
     },
+    /// `REWRITE DATA FILES <table> [WITH (...)]`
+    RewriteDataFiles {
+        /// The table.
+        table: ObjectName,
+        /// `WITH` options.
+        options: Vec<(String, String)>,
+    },
+    /// `REMOVE ORPHAN FILES <table> [WITH (...)]`
+    RemoveOrphanFiles {
+        /// The table.
+        table: ObjectName,
+        /// `WITH` options.
+        options: Vec<(String, String)>,
+    },
     /// `CREATE DOWNLOAD [WITH (...)] AS <query>`
     CreateDownload {
         /// `WITH` options.
@@ -159,6 +173,14 @@ impl fmt::Display for Statement {
                 fmt_options(f, options)
             }
             Statement::RewriteManifests { table } => write!(f, "REWRITE MANIFESTS {table}"),
+            Statement::RewriteDataFiles { table, options } => {
+                write!(f, "REWRITE DATA FILES {table}")?;
+                fmt_options(f, options)
+            }
+            Statement::RemoveOrphanFiles { table, options } => {
+                write!(f, "REMOVE ORPHAN FILES {table}")?;
+                fmt_options(f, options)
+            }
             Statement::CreateDownload { options, query } => {
                 write!(f, "CREATE DOWNLOAD")?;
                 fmt_options(f, options)?;
@@ -228,6 +250,8 @@ enum Head {
     ExpireStaging,
     ExpireSnapshots,
     RewriteManifests,
+    RewriteDataFiles,
+    RemoveOrphanFiles,
     CreateNamespace,
     CopyInto,
     CreateDownload,
@@ -310,6 +334,8 @@ impl<'a> IcestageParser<'a> {
             ("ABORT", "UPLOAD") => Head::AbortUpload,
             ("EXPIRE", "SNAPSHOTS") => Head::ExpireSnapshots,
             ("REWRITE", "MANIFESTS") => Head::RewriteManifests,
+            ("REWRITE", "DATA") => Head::RewriteDataFiles,
+            ("REMOVE", "ORPHAN") => Head::RemoveOrphanFiles,
             ("EXPIRE", _) => Head::ExpireStaging,
             ("CREATE", "NAMESPACE") => Head::CreateNamespace,
             ("COPY", "INTO") => Head::CopyInto,
@@ -329,13 +355,8 @@ impl<'a> IcestageParser<'a> {
         match self.head() {
             Head::CreateUpload => {
                 let usage = "CREATE UPLOAD FOR <namespace>.<table> [WITH (ttl = '24h')]";
-                self.expect_words(&["CREATE", "UPLOAD", "FOR"], usage)?;
-                let target = self
-                    .df
-                    .parser
-                    .parse_object_name(false)
-                    .map_err(|_| self.usage(usage))?;
-                let options = self.parse_with_options()?;
+                let (target, options) =
+                    self.table_with_options(&["CREATE", "UPLOAD", "FOR"], usage)?;
                 Ok(Statement::CreateUpload(CreateUpload { target, options }))
             }
             Head::PromoteUpload => {
@@ -360,13 +381,7 @@ impl<'a> IcestageParser<'a> {
             }
             Head::ExpireSnapshots => {
                 let usage = "EXPIRE SNAPSHOTS <namespace>.<table> [WITH (older_than = '5d', retain_last = 1)]";
-                self.expect_words(&["EXPIRE", "SNAPSHOTS"], usage)?;
-                let table = self
-                    .df
-                    .parser
-                    .parse_object_name(false)
-                    .map_err(|_| self.usage(usage))?;
-                let options = self.parse_with_options()?;
+                let (table, options) = self.table_with_options(&["EXPIRE", "SNAPSHOTS"], usage)?;
                 Ok(Statement::ExpireSnapshots { table, options })
             }
             Head::RewriteManifests => {
@@ -378,6 +393,18 @@ impl<'a> IcestageParser<'a> {
                     .parse_object_name(false)
                     .map_err(|_| self.usage(usage))?;
                 Ok(Statement::RewriteManifests { table })
+            }
+            Head::RewriteDataFiles => {
+                let usage = "REWRITE DATA FILES <namespace>.<table> [WITH (target_file_size = '512MB', where = '<predicate>')]";
+                let (table, options) =
+                    self.table_with_options(&["REWRITE", "DATA", "FILES"], usage)?;
+                Ok(Statement::RewriteDataFiles { table, options })
+            }
+            Head::RemoveOrphanFiles => {
+                let usage = "REMOVE ORPHAN FILES <namespace>.<table> [WITH (older_than = '3d', dry_run = true)]";
+                let (table, options) =
+                    self.table_with_options(&["REMOVE", "ORPHAN", "FILES"], usage)?;
+                Ok(Statement::RemoveOrphanFiles { table, options })
             }
             Head::CreateNamespace => {
                 self.expect_words(&["CREATE", "NAMESPACE"], "CREATE NAMESPACE <name>")?;
@@ -548,6 +575,21 @@ impl<'a> IcestageParser<'a> {
     }
 
     /// `WITH (key = value, ...)`, or nothing.
+    /// `<words> <table> [WITH (...)]`: the table and its options.
+    fn table_with_options(
+        &mut self,
+        words: &[&str],
+        usage: &str,
+    ) -> Result<(ObjectName, Vec<(String, String)>)> {
+        self.expect_words(words, usage)?;
+        let table = self
+            .df
+            .parser
+            .parse_object_name(false)
+            .map_err(|_| self.usage(usage))?;
+        Ok((table, self.parse_with_options()?))
+    }
+
     fn parse_with_options(&mut self) -> Result<Vec<(String, String)>> {
         if !self.df.parser.parse_keyword(Keyword::WITH) {
             return Ok(vec![]);
@@ -669,6 +711,9 @@ mod tests {
             "EXPIRE STAGING",
             "EXPIRE SNAPSHOTS payments.transactions WITH (older_than = '1h', retain_last = '5')",
             "REWRITE MANIFESTS payments.transactions",
+            "REWRITE DATA FILES payments.transactions",
+            "REWRITE DATA FILES payments.transactions WITH (target_file_size = '512MB', where = 'id > 5')",
+            "REMOVE ORPHAN FILES payments.transactions WITH (older_than = '3d', dry_run = 'true')",
             "CREATE NAMESPACE IF NOT EXISTS payments",
             "EXPLAIN PROMOTE UPLOAD 'abc'",
             "COPY INTO raw.events FROM 's3://b/in/' WITH (format = 'csv', all_files = 'true')",

@@ -48,8 +48,7 @@ pub(crate) use crate::session::{
     SessionRecord, failpoint, id_shape, is_missing, property_time, random_id, state_named,
 };
 
-/// Namespace of staging tables.
-pub const STAGING_NAMESPACE: &str = "staging";
+pub use crate::catalog::STAGING_NAMESPACE;
 /// Prefix of a staging table's name; the upload id follows.
 pub const STAGING_TABLE_PREFIX: &str = "upload_";
 /// Snapshot summary key that records which upload a target snapshot promoted.

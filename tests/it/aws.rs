@@ -160,6 +160,19 @@ async fn upload_with_write_keys(
     (id, value(&upload, "staging_table"), vended)
 }
 
+/// A session on an S3 warehouse (its bucket created) holding the target
+/// `payments.transactions`.
+async fn s3_target(moto: &Moto, dir: &std::path::Path) -> SessionContext {
+    python_script(
+        "aws_setup.py",
+        &["create-bucket", &moto.endpoint, "warehouse-bucket"],
+    );
+    let ctx = session(s3_warehouse(moto, dir)).await;
+    run(&ctx, "CREATE SCHEMA payments").await.unwrap();
+    run(&ctx, TARGET).await.unwrap();
+    ctx
+}
+
 async fn session(config: IcestageConfig) -> SessionContext {
     let ctx = SessionContext::new();
     icestage::register(&ctx, config).await.expect("register");
@@ -407,14 +420,8 @@ async fn secrets_never_show_in_debug_explain_or_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pyiceberg_appends_with_vended_credentials_on_an_s3_warehouse() {
     let moto = Moto::start();
-    python_script(
-        "aws_setup.py",
-        &["create-bucket", &moto.endpoint, "warehouse-bucket"],
-    );
     let dir = tempfile::tempdir().unwrap();
-    let ctx = session(s3_warehouse(&moto, dir.path())).await;
-    run(&ctx, "CREATE SCHEMA payments").await.unwrap();
-    run(&ctx, TARGET).await.unwrap();
+    let ctx = s3_target(&moto, dir.path()).await;
     let (id, staging, vended) = upload_with_write_keys(&ctx).await;
     let connection = value(&vended, "connection");
     let properties: serde_json::Value = serde_json::from_str(&connection).unwrap();
@@ -565,5 +572,87 @@ async fn rules_read_the_copies_verification_read_not_the_staged_objects() {
     assert_eq!(
         scalar(&ctx, "SELECT count(*) FROM payments.transactions").await,
         "1"
+    );
+}
+
+/// On an S3 warehouse: `REWRITE DATA FILES` packs small files written
+/// there, and `REMOVE ORPHAN FILES` lists the table's prefix (not a
+/// neighbour's that starts with the same letters), counts every object
+/// the table references, and leaves an unreferenced object younger than
+/// the cut-off where it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_files_are_packed_and_orphans_found_on_an_s3_warehouse() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = s3_target(&moto, dir.path()).await;
+    for n in 0..3 {
+        run(
+            &ctx,
+            &format!(
+                "INSERT INTO payments.transactions VALUES \
+                 ('txn_{n}', 'acct_0', {n}, TIMESTAMP '2026-07-01T00:00:00Z')"
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let packed = run(&ctx, "REWRITE DATA FILES payments.transactions")
+        .await
+        .unwrap();
+    assert_eq!(value(&packed, "files_rewritten"), "3");
+    assert_eq!(value(&packed, "data_files_after"), "1");
+    assert_eq!(
+        crate::common::scalar(&ctx, "SELECT sum(amount_cents) FROM payments.transactions").await,
+        "3"
+    );
+
+    let prefix = "lake/payments/transactions/";
+    for key in [
+        format!("{prefix}data/in-flight.parquet"),
+        "lake/payments/transactions_old/data/stray.parquet".to_string(),
+    ] {
+        python_script(
+            "aws_setup.py",
+            &[
+                "put-object",
+                &moto.endpoint,
+                "warehouse-bucket",
+                &key,
+                "orphan",
+            ],
+        );
+    }
+    let stored: i64 = python_script(
+        "aws_setup.py",
+        &["count-objects", &moto.endpoint, "warehouse-bucket", prefix],
+    )
+    .trim()
+    .parse()
+    .unwrap();
+    let swept = run(
+        &ctx,
+        "REMOVE ORPHAN FILES payments.transactions WITH (older_than = '1h')",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        [
+            value(&swept, "files_listed"),
+            value(&swept, "files_referenced"),
+            value(&swept, "files_too_recent"),
+            value(&swept, "orphans_found"),
+        ],
+        [
+            stored.to_string(),
+            (stored - 1).to_string(),
+            "1".to_string(),
+            "0".to_string()
+        ],
+        "{}",
+        value(&swept, "message")
+    );
+    assert_eq!(
+        value(&swept, "location"),
+        "s3://warehouse-bucket/lake/payments/transactions"
     );
 }

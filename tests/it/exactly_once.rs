@@ -34,7 +34,7 @@ fn text(output: &Output) -> String {
     )
 }
 
-async fn target_with_upload(warehouse: &Warehouse, rows: usize) -> String {
+pub(crate) async fn target_with_upload(warehouse: &Warehouse, rows: usize) -> String {
     target_with_upload_for(warehouse, rows, "").await
 }
 
@@ -66,7 +66,7 @@ async fn target_with_upload_for(warehouse: &Warehouse, rows: usize, with: &str) 
 }
 
 /// Rows of upload `id` in the target, and target snapshots carrying its id.
-async fn landed(warehouse: &Warehouse, id: &str) -> (String, String) {
+pub(crate) async fn landed(warehouse: &Warehouse, id: &str) -> (String, String) {
     let ctx = warehouse.session().await;
     let rows = scalar(
         &ctx,

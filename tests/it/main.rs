@@ -21,3 +21,4 @@ mod service;
 mod shell;
 mod slt;
 mod trust;
+mod upkeep;

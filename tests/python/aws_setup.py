@@ -2,6 +2,8 @@
 
     aws_setup.py create-bucket ENDPOINT BUCKET
     aws_setup.py create-table-bucket ENDPOINT NAME    (prints its ARN)
+    aws_setup.py put-object ENDPOINT BUCKET KEY TEXT
+    aws_setup.py count-objects ENDPOINT BUCKET PREFIX (prints how many)
 """
 
 import sys
@@ -26,5 +28,13 @@ if __name__ == "__main__":
         print(f"created {args[0]}")
     elif command == "create-table-bucket":
         print(client("s3tables", endpoint).create_table_bucket(name=args[0])["arn"])
+    elif command == "put-object":
+        bucket, key, text = args
+        client("s3", endpoint).put_object(Bucket=bucket, Key=key, Body=text.encode())
+        print(f"put s3://{bucket}/{key}")
+    elif command == "count-objects":
+        bucket, prefix = args
+        pages = client("s3", endpoint).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        print(sum(len(page.get("Contents", [])) for page in pages))
     else:
         sys.exit(f"unknown command {command}")
