@@ -33,7 +33,7 @@ use crate::tables::rules::TableConstraint;
 use crate::upload::UploadId;
 use crate::upload::abort::UploadAborted;
 use crate::upload::create::{UploadOpened, UploadOptions};
-use crate::upload::promote::{PromoteOptions, Promotion};
+use crate::upload::promote::{PromoteMode, PromoteOptions, Promotion};
 use crate::upload::status::{UploadFinding, UploadStatus};
 
 /// icestage's operations on a session that [`register`](crate::register)
@@ -140,6 +140,14 @@ impl Operations {
         options: PromoteOptions,
     ) -> Result<Promotion> {
         crate::upload::promote::promote(&self.icestage, id, options).await
+    }
+
+    /// Whether `mode` can promote upload `id` into its target: what `PROMOTE
+    /// UPLOAD ... WITH (mode = ...)` refuses before it claims anything (a
+    /// target without partitions for `replace_partitions`, an upsert key
+    /// that is missing or ambiguous).
+    pub async fn check_promote_mode(&self, id: &UploadId, mode: &PromoteMode) -> Result<()> {
+        crate::upload::promote::check_mode(&self.icestage, id, mode).await
     }
 
     /// A token for icestage's REST catalog (`icestage serve`'s `/iceberg`)

@@ -51,7 +51,7 @@ impl Evidence {
     }
 
     /// The summary properties an append with this evidence carries.
-    fn properties(&self) -> HashMap<String, String> {
+    pub(crate) fn properties(&self) -> HashMap<String, String> {
         let mut properties = HashMap::from([(self.key.clone(), self.value.clone())]);
         properties.extend(self.proof.clone());
         properties

@@ -23,6 +23,7 @@ pub(crate) mod orphans;
 pub(crate) mod pointer;
 pub(crate) mod provider;
 pub(crate) mod registry;
+pub(crate) mod replace;
 pub(crate) mod rest;
 pub(crate) mod scoped;
 pub(crate) mod snapshot;
@@ -867,6 +868,25 @@ pub(crate) fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> 
         ));
     }
     tokio::task::block_in_place(|| handle.block_on(future))
+}
+
+/// `ids` written as new data files of [`test_table`]'s table (not
+/// committed).
+#[cfg(test)]
+pub(crate) async fn test_files(table: &Table, ids: Vec<i64>) -> Vec<iceberg::spec::DataFile> {
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+
+    let schema = Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
+    );
+    let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(ids))]).unwrap();
+    writer::write_rows(
+        table,
+        &format!("test-{}", uuid::Uuid::new_v4().simple()),
+        futures::stream::iter([Ok(batch)]),
+    )
+    .await
+    .unwrap()
 }
 
 /// What the catalog's unit tests share: a table `s.t` (one `id` column) in

@@ -93,6 +93,7 @@ impl TableFunctionImpl for PromoteUploadFunc {
             id,
             dry_run: false,
             verify: Default::default(),
+            mode: Default::default(),
             plan: vec![],
         }))
     }

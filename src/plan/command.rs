@@ -36,7 +36,7 @@ use crate::upload;
 use crate::upload::UploadId;
 use crate::upload::abort::UploadAborted;
 use crate::upload::create::{UploadOpened, UploadOptions};
-use crate::upload::promote::Promotion;
+use crate::upload::promote::{PromoteMode, Promotion};
 use crate::upload::status::{UploadFinding, UploadStatus};
 use crate::upload::validation::Verify;
 
@@ -55,6 +55,7 @@ pub(crate) enum Command {
         id: UploadId,
         dry_run: bool,
         verify: Verify,
+        mode: PromoteMode,
         plan: Vec<String>,
     },
     /// `upload_findings('<id>')`
@@ -254,8 +255,11 @@ impl Command {
                 id,
                 dry_run,
                 verify,
+                mode,
                 ..
-            } => one(upload::promote::promote_upload(&ctx, id, *dry_run, *verify).await?),
+            } => one(
+                upload::promote::promote_upload(&ctx, id, *dry_run, *verify, mode.clone()).await?,
+            ),
             Command::UploadFindings { id } => {
                 UploadFinding::to_batch(&upload::status::upload_findings(&ctx, id).await?)
             }
@@ -396,11 +400,19 @@ impl fmt::Display for Command {
                 id,
                 dry_run,
                 verify,
+                mode,
                 plan,
             } => {
                 write!(f, "PromoteUpload: upload={id}")?;
                 if *dry_run {
                     write!(f, ", dry_run")?;
+                }
+                match mode {
+                    PromoteMode::Append => {}
+                    PromoteMode::Upsert { key: Some(key) } => {
+                        write!(f, ", mode=upsert, key=({})", key.join(", "))?
+                    }
+                    other => write!(f, ", mode={}", other.name())?,
                 }
                 write!(f, ", verify={}", verify.as_str())?;
                 for step in plan {

@@ -79,7 +79,15 @@ async fn plan_statement(
             })
         }
         Statement::PromoteUpload(promote) => {
-            check_options("PROMOTE UPLOAD", &promote.options, &["dry_run", "verify"])?;
+            check_options(
+                "PROMOTE UPLOAD",
+                &promote.options,
+                &["dry_run", "verify", "mode", "key"],
+            )?;
+            let mode = crate::upload::promote::PromoteMode::parse(
+                option(&promote.options, "mode").unwrap_or("append"),
+                option(&promote.options, "key"),
+            )?;
             let dry_run = option(&promote.options, "dry_run")
                 .map(|value| parse_bool("dry_run", value))
                 .transpose()?
@@ -97,6 +105,7 @@ async fn plan_statement(
                 id: UploadId::parse(&promote.id)?,
                 dry_run,
                 verify,
+                mode,
                 plan,
             })
         }

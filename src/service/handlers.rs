@@ -241,12 +241,40 @@ pub(crate) async fn upload_credentials(
     credentials_body(&state, vended, &token)
 }
 
+/// `POST /uploads/{id}/complete`'s body, all optional: how the rows land.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CompleteUpload {
+    /// `append` (default), `upsert` or `replace_partitions`.
+    #[serde(default)]
+    mode: Option<String>,
+    /// An upsert's key columns (default: the target's key).
+    #[serde(default)]
+    key: Option<Vec<String>>,
+}
+
 pub(crate) async fn complete_upload(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
+    payload: axum::body::Bytes,
 ) -> ApiResult {
     let status = owned_upload(&state, &caller, &id).await?;
+    let request: CompleteUpload = if payload.iter().all(u8::is_ascii_whitespace) {
+        CompleteUpload::default()
+    } else {
+        serde_json::from_slice(&payload).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the request body is not valid: {e}; send {{\"mode\": \"append\" | \"upsert\" | \
+                 \"replace_partitions\", \"key\": [\"column\", ...]}} or nothing"
+            ))
+        })?
+    };
+    let key = request.key.map(|columns| columns.join(", "));
+    let mode = crate::upload::promote::PromoteMode::parse(
+        request.mode.as_deref().unwrap_or("append"),
+        key.as_deref(),
+    )?;
     let id = status.upload_id.as_str();
     if !matches!(
         status.state,
@@ -258,7 +286,12 @@ pub(crate) async fn complete_upload(
         )
             .into_response());
     }
-    state.promote_in_background(&status.upload_id);
+    // A mode the target cannot take is answered now, not in the background.
+    state
+        .ops()
+        .check_promote_mode(&status.upload_id, &mode)
+        .await?;
+    state.promote_in_background(&status.upload_id, mode);
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"upload_id": id, "state": UploadState::Promoting.as_str()})),

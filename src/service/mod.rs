@@ -261,7 +261,11 @@ impl AppState {
 
     /// Promotes upload `id` in the background unless this process already
     /// is; the outcome lands in the catalog, where GET /uploads/{id} reads it.
-    pub(crate) fn promote_in_background(&self, id: &UploadId) {
+    pub(crate) fn promote_in_background(
+        &self,
+        id: &UploadId,
+        mode: crate::upload::promote::PromoteMode,
+    ) {
         if !self
             .0
             .promoting
@@ -283,7 +287,13 @@ impl AppState {
             let started = std::time::Instant::now();
             for _ in 0..5 {
                 let promoted = match state.ops().promote_options() {
-                    Ok(options) => state.ops().promote_upload(&id, options).await,
+                    Ok(options) => {
+                        let options = crate::PromoteOptions {
+                            mode: mode.clone(),
+                            ..options
+                        };
+                        state.ops().promote_upload(&id, options).await
+                    }
                     Err(e) => Err(e),
                 };
                 let outcome = match promoted {

@@ -290,7 +290,7 @@ async fn pack(
         }
         rewritten.extend(group.files.iter().cloned());
     }
-    use crate::catalog::bin_pack::{bytes, records as rows};
+    use crate::catalog::replace::{bytes, records as rows};
     if rows(&rewritten) != rows(&added) {
         forget(catalog, &table, &added).await;
         return Err(Error::invalid(format!(

@@ -148,13 +148,16 @@ pub(crate) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// Evaluates one UNIQUE rule: keys repeated inside the upload, and keys the
-/// target already holds. NULL keys are never duplicates, as in SQL.
+/// Evaluates one UNIQUE rule: keys repeated inside the upload, and (with
+/// `against_target`) keys the target already holds. NULL keys are never
+/// duplicates, as in SQL.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn evaluate_unique(
     staging: &Staging,
     target: &Table,
     name: &str,
     columns: &[String],
+    against_target: bool,
     verified: Option<&Recipe>,
     cluster: Option<&Cluster>,
     validation: &mut Validation,
@@ -198,8 +201,13 @@ pub(crate) async fn evaluate_unique(
         ),
     ];
     let definition = format!("UNIQUE ({})", columns.join(", "));
+    let queries = if against_target {
+        &queries[..]
+    } else {
+        &queries[..1]
+    };
     for (sql, what) in queries {
-        let mut stream = ctx.sql(&sql).await?.execute_stream().await?;
+        let mut stream = ctx.sql(sql).await?.execute_stream().await?;
         while let Some(batch) = stream.try_next().await? {
             let keys = named(&batch, columns)?;
             let copies = batch

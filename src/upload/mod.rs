@@ -21,6 +21,7 @@ pub(crate) mod distribute;
 pub(crate) mod drift;
 pub(crate) mod enforce;
 pub(crate) mod findings;
+pub(crate) mod modes;
 pub(crate) mod promote;
 pub(crate) mod seal;
 pub(crate) mod status;

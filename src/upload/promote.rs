@@ -24,6 +24,8 @@ use std::time::Duration;
 use chrono::Utc;
 use iceberg::table::Table;
 
+pub use super::modes::PromoteMode;
+use super::modes::{Changes, check, preview};
 use super::validate::validate;
 pub use super::validation::TransferPath;
 use super::validation::{
@@ -66,6 +68,15 @@ result_row! {
         pub message: String,
         /// Where the proof and the rules' scans ran: `local`, or the cluster's URL.
         pub ran_on: String,
+        /// How the rows landed: `append`, `upsert` or `replace_partitions`.
+        pub mode: String,
+        /// Upload rows new to the target (or, after a dry run, that would be).
+        pub rows_inserted: i64,
+        /// Target rows an upsert replaced with the upload's rows of their key.
+        pub rows_updated: i64,
+        /// Target rows removed without a replacement (the old rows of the
+        /// partitions `replace_partitions` replaced).
+        pub rows_deleted: i64,
     }
 }
 
@@ -81,6 +92,8 @@ pub struct PromoteOptions {
     pub lease: Duration,
     /// Where the proof and the rules' scans run: here (`None`) or on a Ballista cluster.
     pub cluster: Option<Cluster>,
+    /// How the rows land in the target (default: appended).
+    pub mode: PromoteMode,
 }
 
 impl Default for PromoteOptions {
@@ -90,6 +103,7 @@ impl Default for PromoteOptions {
             verify: Verify::Bytes,
             lease: Duration::from_secs(60),
             cluster: None,
+            mode: PromoteMode::Append,
         }
     }
 }
@@ -100,14 +114,29 @@ pub(crate) async fn promote_upload(
     id: &UploadId,
     dry_run: bool,
     verify: Verify,
+    mode: PromoteMode,
 ) -> Result<Promotion> {
     let options = PromoteOptions {
         dry_run,
         verify,
         lease: ctx.options.promotion_lease.duration(),
         cluster: crate::cluster::of_options(&ctx.options)?,
+        mode,
     };
     promote(&ctx.icestage, id, options).await
+}
+
+/// Whether `mode` can promote upload `id` into its target (see
+/// [`check`]); an upload that is gone is left to the promotion to answer.
+pub(crate) async fn check_mode(
+    icestage: &Icestage,
+    id: &UploadId,
+    mode: &PromoteMode,
+) -> Result<()> {
+    let Some(staging) = find_staging(icestage, id).await? else {
+        return Ok(());
+    };
+    check(mode, &load_target(&staging).await?).map(|_| ())
 }
 
 /// Where one attempt stands.
@@ -189,6 +218,10 @@ async fn promote_once(
             message: already_message(&staging.target.to_string(), snapshot_id),
             state: UploadState::Promoted,
             ran_on: crate::cluster::LOCAL.to_string(),
+            mode: super::modes::landed_mode(&target, snapshot_id),
+            rows_inserted: 0,
+            rows_updated: 0,
+            rows_deleted: 0,
         }));
     }
     if matches!(staging.state, UploadState::Aborted | UploadState::Expired) {
@@ -234,8 +267,10 @@ async fn promote_once(
             .await;
         return Err(error);
     }
+    // A mode the target cannot take is refused before anything is claimed.
+    let key = check(&options.mode, &target)?;
     if options.dry_run {
-        return dry_run_validation(&mut staging, &target, options)
+        return dry_run_validation(&mut staging, &target, options, key.as_deref())
             .await
             .map(Attempt::Done);
     }
@@ -260,7 +295,7 @@ async fn promote_once(
         Err(e) => return Err(e),
     }
     let _renewing = staging.keep_claim(options.lease);
-    match promote_claimed(&mut staging, &target, options).await {
+    match promote_claimed(&mut staging, &target, options, key.as_deref()).await {
         Ok(promotion) => Ok(Attempt::Done(promotion)),
         Err(error) => Err(release_claim(&mut staging, error).await),
     }
@@ -294,6 +329,7 @@ async fn promote_claimed(
     staging: &mut Staging,
     target: &Table,
     options: &PromoteOptions,
+    key: Option<&[String]>,
 ) -> Result<Promotion> {
     let id = staging.id.clone();
     let path = transfer_path(staging, target);
@@ -304,6 +340,7 @@ async fn promote_claimed(
         options.verify,
         copied,
         options.cluster.as_ref(),
+        key,
     )
     .await?;
     record_findings(staging, &validation).await?;
@@ -342,6 +379,10 @@ async fn promote_claimed(
             findings: 0,
             message: format!("the upload was empty: {} is unchanged", staging.target),
             ran_on,
+            mode: options.mode.name().to_string(),
+            rows_inserted: 0,
+            rows_updated: 0,
+            rows_deleted: 0,
         });
     }
     let data_files = match path {
@@ -364,8 +405,18 @@ async fn promote_claimed(
     };
     let files = data_files.len() as i64;
     let forged = staging.evidence().forged_in(target);
-    let (snapshot_id, committed_here) =
-        append_once(&staging.catalog, target, data_files, staging.evidence()).await?;
+    let (snapshot_id, committed_here, changes) = match &options.mode {
+        PromoteMode::Append => {
+            let (snapshot_id, committed_here) =
+                append_once(&staging.catalog, target, data_files, staging.evidence()).await?;
+            let changes = Changes {
+                inserted: rows,
+                ..Changes::default()
+            };
+            (snapshot_id, committed_here, changes)
+        }
+        mode => super::modes::commit(staging, target, mode, key, data_files).await?,
+    };
     failpoint("promote.after-commit");
     finish(
         staging,
@@ -385,8 +436,20 @@ async fn promote_claimed(
         _ => "after rewriting the rows with the target's field ids",
     };
     let mut message = if committed_here {
+        let mode = match options.mode {
+            PromoteMode::Append => String::new(),
+            PromoteMode::Upsert { .. } => format!(
+                " (upsert: {} inserted, {} updated)",
+                changes.inserted, changes.updated
+            ),
+            PromoteMode::ReplacePartitions => format!(
+                " (replacing the partitions it touches: {} old row(s) removed)",
+                changes.deleted
+            ),
+        };
         format!(
-            "committed {rows} row(s) in {files} file(s) to {} in snapshot {snapshot_id} {how}",
+            "committed {rows} row(s) in {files} file(s) to {} in snapshot {snapshot_id} \
+             {how}{mode}",
             staging.target
         )
     } else {
@@ -420,6 +483,10 @@ async fn promote_claimed(
         findings: 0,
         message,
         ran_on,
+        mode: options.mode.name().to_string(),
+        rows_inserted: if committed_here { changes.inserted } else { 0 },
+        rows_updated: if committed_here { changes.updated } else { 0 },
+        rows_deleted: if committed_here { changes.deleted } else { 0 },
     })
 }
 
@@ -428,6 +495,7 @@ async fn dry_run_validation(
     staging: &mut Staging,
     target: &Table,
     options: &PromoteOptions,
+    key: Option<&[String]>,
 ) -> Result<Promotion> {
     let validation = validate(
         staging,
@@ -435,18 +503,30 @@ async fn dry_run_validation(
         options.verify,
         false,
         options.cluster.as_ref(),
+        key,
     )
     .await?;
     record_findings(staging, &validation).await?;
     staging.findings = Some(validation.finding_count() as i64);
     let lines = validation.summary(staging.id.as_str());
+    // What the mode would do to the target as it is now.
+    let changes = if validation.passed() {
+        preview(staging, target, &options.mode, key, &validation.files).await?
+    } else {
+        Changes::default()
+    };
     let (state, message) = if validation.passed() {
         (
             UploadState::Open,
             format!(
-                "dry run: {} row(s) in {} file(s) pass every check; nothing was committed",
+                "dry run: {} row(s) in {} file(s) pass every check; {} would insert {}, update \
+                 {} and delete {} row(s); nothing was committed",
                 validation.rows,
-                validation.files.len()
+                validation.files.len(),
+                options.mode.name(),
+                changes.inserted,
+                changes.updated,
+                changes.deleted
             ),
         )
     } else {
@@ -472,6 +552,10 @@ async fn dry_run_validation(
         findings: validation.finding_count() as i64,
         message,
         ran_on: validation.ran_on(),
+        mode: options.mode.name().to_string(),
+        rows_inserted: changes.inserted,
+        rows_updated: changes.updated,
+        rows_deleted: changes.deleted,
     })
 }
 
@@ -507,6 +591,10 @@ fn already_promoted(id: &UploadId, record: &UploadRecord) -> Option<Promotion> {
         message,
         state: UploadState::Promoted,
         ran_on: crate::cluster::LOCAL.to_string(),
+        mode: String::new(),
+        rows_inserted: 0,
+        rows_updated: 0,
+        rows_deleted: 0,
     })
 }
 

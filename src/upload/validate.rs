@@ -29,15 +29,23 @@ use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::tables::rules::{PlannedCheck, Rule, df_schema, plan_checks, rules_of};
 
+/// The rule an upsert's key is checked under when no UNIQUE rule of the
+/// target names exactly its columns: each key at most once in the upload.
+pub(crate) const UPSERT_KEY_RULE: &str = "upsert_key";
+
 /// Validates `staging` against `target` and its rules. With `copy_first`,
 /// the staged files are first copied into the target's storage and the
 /// copies are what is verified and returned (no writer can reach them).
+/// With `upsert_key`, a key of an upsert: it must be unique within the
+/// upload, and a UNIQUE rule on exactly those columns does not count the
+/// target's rows (the upsert replaces them).
 pub(crate) async fn validate(
     staging: &Staging,
     target: &Table,
     verify: Verify,
     copy_first: bool,
     cluster: Option<&Cluster>,
+    upsert_key: Option<&[String]>,
 ) -> Result<Validation> {
     let location = super::confine::assigned_location(staging).await?;
     let (confinement, manifests) = super::confine::confinement(staging, &location).await?;
@@ -91,7 +99,21 @@ pub(crate) async fn validate(
     if !validation.reasons.is_empty() || validation.files.is_empty() {
         return Ok(validation);
     }
-    let rules = rules_of(target)?;
+    let mut rules = rules_of(target)?;
+    let same = |columns: &[String], key: &[String]| {
+        let set = |c: &[String]| c.iter().cloned().collect::<std::collections::BTreeSet<_>>();
+        set(columns) == set(key)
+    };
+    if let Some(key) = upsert_key
+        && !rules
+            .iter()
+            .any(|r| matches!(r, Rule::Unique { columns, .. } if same(columns, key)))
+    {
+        rules.push(Rule::Unique {
+            name: UPSERT_KEY_RULE.to_string(),
+            columns: key.to_vec(),
+        });
+    }
     for rule in &rules {
         validation
             .violations
@@ -144,11 +166,13 @@ pub(crate) async fn validate(
     };
     for rule in &rules {
         if let Rule::Unique { name, columns } = rule {
+            let upserted = upsert_key.is_some_and(|key| same(columns, key));
             evaluate_unique(
                 staging,
                 target,
                 name,
                 columns,
+                !upserted,
                 verified.as_ref(),
                 cluster,
                 &mut validation,

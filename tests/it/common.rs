@@ -111,6 +111,21 @@ pub async fn run(ctx: &SessionContext, sql: &str) -> icestage::Result<Vec<Record
     Ok(frame.collect().await?)
 }
 
+/// Runs each of `statements` in order; panics with the one that fails.
+pub async fn setup(ctx: &SessionContext, statements: &[&str]) {
+    for sql in statements {
+        run(ctx, sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+/// The error `sql` fails with, as text; panics when it succeeds.
+pub async fn refusal(ctx: &SessionContext, sql: &str) -> String {
+    match run(ctx, sql).await {
+        Ok(_) => panic!("{sql} succeeded"),
+        Err(e) => e.to_string(),
+    }
+}
+
 /// The single string value of a one-row, one-column result.
 pub async fn scalar(ctx: &SessionContext, sql: &str) -> String {
     let batches = run(ctx, sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));

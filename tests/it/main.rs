@@ -14,6 +14,7 @@ mod ingest;
 mod insert;
 mod landing;
 mod layers;
+mod modes;
 mod pipes;
 mod postgres;
 mod pyiceberg;

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use crate::common::{Warehouse, files_under, python_script, run, scalar, value};
+use crate::common::{Warehouse, files_under, python_script, refusal, run, scalar, setup, value};
 use crate::exactly_once::{landed, target_with_upload};
 
 /// Rows and the sum of their ids, as one value.
@@ -138,13 +138,14 @@ async fn rewriting_data_files_packs_small_files_and_changes_no_row() {
 async fn rewriting_data_files_takes_a_predicate_and_refuses_bad_options() {
     let warehouse = Warehouse::new();
     let ctx = warehouse.session().await;
-    run(&ctx, "CREATE SCHEMA s").await.unwrap();
-    run(
+    setup(
         &ctx,
-        "CREATE TABLE s.p (id BIGINT NOT NULL, day VARCHAR NOT NULL) PARTITIONED BY (day)",
+        &[
+            "CREATE SCHEMA s",
+            "CREATE TABLE s.p (id BIGINT NOT NULL, day VARCHAR NOT NULL) PARTITIONED BY (day)",
+        ],
     )
-    .await
-    .unwrap();
+    .await;
     for n in 0..3 {
         run(
             &ctx,
@@ -161,10 +162,7 @@ async fn rewriting_data_files_takes_a_predicate_and_refuses_bad_options() {
         ("min_input_files = 1", "min_input_files = '1'"),
         ("where = 'nosuch > 1'", "where = 'nosuch > 1'"),
     ] {
-        let error = run(&ctx, &format!("REWRITE DATA FILES s.p WITH ({with})"))
-            .await
-            .unwrap_err()
-            .to_string();
+        let error = refusal(&ctx, &format!("REWRITE DATA FILES s.p WITH ({with})")).await;
         assert!(error.contains(expected), "{with}: {error}");
     }
     let untouched = run(&ctx, "REWRITE DATA FILES s.p WITH (min_input_files = 4)")
@@ -345,10 +343,7 @@ async fn removing_orphans_deletes_exactly_the_old_unreferenced_files() {
     );
     let referenced = files_under(&table).len() - orphans.len() - 1;
 
-    let refused = run(&ctx, "REMOVE ORPHAN FILES s.t WITH (older_than = '10m')")
-        .await
-        .unwrap_err()
-        .to_string();
+    let refused = refusal(&ctx, "REMOVE ORPHAN FILES s.t WITH (older_than = '10m')").await;
     assert!(refused.contains("shorter than an hour"), "{refused}");
 
     let dry = run(&ctx, "REMOVE ORPHAN FILES s.t WITH (dry_run = true)")

@@ -674,3 +674,96 @@ async fn open_upload(app: &axum::Router) -> (Value, String) {
     let token = upload["connection"]["token"].as_str().unwrap().to_string();
     (upload, token)
 }
+
+/// `complete` takes the promotion's mode in its body: an upsert by a named
+/// key lands through the background promotion; a bad mode, and a mode the
+/// target cannot take, are answered at once with 400 and the upload stays
+/// open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_takes_a_promotion_mode() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let app = app(&config(&warehouse, "")).await;
+    let client = warehouse.session().await;
+    let upload_with = |rows: &'static str| {
+        let app = app.clone();
+        let client = client.clone();
+        async move {
+            let (_, upload) = call(
+                &app,
+                "POST",
+                "/uploads",
+                Some(TOKEN),
+                Some(r#"{"table": "payments.transactions"}"#),
+            )
+            .await;
+            run(
+                &client,
+                &format!(
+                    "INSERT INTO {} VALUES {rows}",
+                    text(&upload, "staging_table")
+                ),
+            )
+            .await
+            .unwrap();
+            text(&upload, "upload_id")
+        }
+    };
+    let first = upload_with(
+        "('t1', 'a1', 100, 'usd', TIMESTAMP '2026-07-01 00:00:00Z'), \
+         ('t2', 'a2', 200, 'usd', TIMESTAMP '2026-07-01 00:00:00Z')",
+    )
+    .await;
+    call_as_acme(&app, "POST", &format!("/uploads/{first}/complete")).await;
+    poll_until(&app, &format!("/uploads/{first}"), &["promoted", "failed"]).await;
+
+    let second = upload_with(
+        "('t1', 'a1', 150, 'usd', TIMESTAMP '2026-07-01 00:00:00Z'), \
+         ('t3', 'a3', 300, 'usd', TIMESTAMP '2026-07-01 00:00:00Z')",
+    )
+    .await;
+    let complete = format!("/uploads/{second}/complete");
+    for (body, expected) in [
+        (
+            r#"{"mode": "merge"}"#,
+            "mode = 'merge' is not a promotion mode",
+        ),
+        (r#"{"mode": "replace_partitions"}"#, "has no partitions"),
+        (r#"{"mode": "upsert"}"#, "has none: name it with key"),
+        (
+            r#"{"mode": "upsert", "colour": 1}"#,
+            "unknown field `colour`",
+        ),
+        (
+            r#"{"mode": "upsert", "key": ["nosuch"]}"#,
+            "names column 'nosuch'",
+        ),
+    ] {
+        let (status, refused) = call(&app, "POST", &complete, Some(TOKEN), Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {refused}");
+        assert!(refused.to_string().contains(expected), "{body}: {refused}");
+    }
+    let (_, open) = call_as_acme(&app, "GET", &format!("/uploads/{second}")).await;
+    assert_eq!(text(&open, "state"), "open", "{open}");
+
+    let (status, accepted) = call(
+        &app,
+        "POST",
+        &complete,
+        Some(TOKEN),
+        Some(r#"{"mode": "upsert", "key": ["transaction_id"]}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let done = poll_until(&app, &format!("/uploads/{second}"), &["promoted", "failed"]).await;
+    assert_eq!(text(&done, "state"), "promoted", "{done}");
+    assert_eq!(
+        scalar(
+            &client,
+            "SELECT string_agg(concat(transaction_id, ':', amount_cents), ' ' ORDER BY transaction_id) \
+             FROM payments.transactions"
+        )
+        .await,
+        "t1:150 t2:200 t3:300"
+    );
+}
