@@ -1,9 +1,9 @@
 //! Keeping a table's files in shape: `REWRITE MANIFESTS <table>` merges its
 //! data manifests, one per partition spec (see `catalog::compact`);
 //! `REWRITE DATA FILES <table>` bin-packs its small data files (see
-//! `catalog::bin_pack`); neither changes a row. `REMOVE ORPHAN FILES
-//! <table>` deletes the files under its location nothing references (see
-//! `catalog::orphans`).
+//! `catalog::bin_pack`); neither changes a row.
+//! `REMOVE ORPHAN FILES <table>` deletes the files under its location that
+//! nothing references (see `catalog::orphans`).
 
 use futures::TryStreamExt;
 use iceberg::TableIdent;
