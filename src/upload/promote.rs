@@ -516,17 +516,22 @@ async fn dry_run_validation(
         Changes::default()
     };
     let (state, message) = if validation.passed() {
-        (
-            UploadState::Open,
-            format!(
-                "dry run: {} row(s) in {} file(s) pass every check; {} would insert {}, update \
-                 {} and delete {} row(s); nothing was committed",
-                validation.rows,
-                validation.files.len(),
+        let effect = match options.mode {
+            PromoteMode::Append => String::new(),
+            _ => format!(
+                "; {} would insert {}, update {} and delete {} row(s)",
                 options.mode.name(),
                 changes.inserted,
                 changes.updated,
                 changes.deleted
+            ),
+        };
+        (
+            UploadState::Open,
+            format!(
+                "dry run: {} row(s) in {} file(s) pass every check{effect}; nothing was committed",
+                validation.rows,
+                validation.files.len(),
             ),
         )
     } else {
