@@ -301,6 +301,53 @@ fn summary(
     properties
 }
 
+/// Tags snapshot `snapshot_id` of `table` as `name` (an Iceberg tag ref, so
+/// any engine can read that snapshot by name), unless it is tagged so
+/// already; a compare-and-swap from the version loaded, tried again when
+/// another commit lands first. A tag of that name on another snapshot is
+/// refused.
+pub(crate) async fn tag_snapshot(
+    catalog: &IcebergCatalog,
+    table: &iceberg::TableIdent,
+    name: &str,
+    snapshot_id: i64,
+) -> Result<()> {
+    for _ in 0..OVERWRITE_ATTEMPTS {
+        let version = catalog.catalog().load_table(table).await?;
+        match version.metadata().snapshot_for_ref(name) {
+            Some(tagged) if tagged.snapshot_id() == snapshot_id => return Ok(()),
+            Some(tagged) => {
+                return Err(Error::invalid(format!(
+                    "{table} has a ref '{name}' on snapshot {}, not {snapshot_id}: drop it to tag \
+                     this promotion",
+                    tagged.snapshot_id()
+                )));
+            }
+            None => {}
+        }
+        let tag = iceberg::TableUpdate::SetSnapshotRef {
+            ref_name: name.to_string(),
+            reference: iceberg::spec::SnapshotReference::new(
+                snapshot_id,
+                iceberg::spec::SnapshotRetention::Tag {
+                    max_ref_age_ms: None,
+                },
+            ),
+        };
+        match apply_append(catalog, &version, vec![tag]).await? {
+            Ok(_) => return Ok(()),
+            Err(Refusal::Invalid(reason)) => return Err(Error::invalid(reason)),
+            Err(Refusal::Conflict(_)) => {
+                tokio::time::sleep(Duration::from_millis(10 + rand::random::<u64>() % 90)).await;
+            }
+        }
+    }
+    Err(Error::Conflict(format!(
+        "{table} kept changing while snapshot {snapshot_id} was tagged '{name}': promote again \
+         to tag it"
+    )))
+}
+
 /// What an overwrite does to one version of its table: the live files it
 /// marks deleted and the files it adds (the promoted ones and, for files
 /// that lose only some rows, their rewritten remainders).

@@ -94,6 +94,7 @@ impl TableFunctionImpl for PromoteUploadFunc {
             dry_run: false,
             verify: Default::default(),
             mode: Default::default(),
+            tag: false,
             plan: vec![],
         }))
     }

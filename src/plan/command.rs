@@ -56,6 +56,7 @@ pub(crate) enum Command {
         dry_run: bool,
         verify: Verify,
         mode: PromoteMode,
+        tag: bool,
         plan: Vec<String>,
     },
     /// `upload_findings('<id>')`
@@ -256,10 +257,16 @@ impl Command {
                 dry_run,
                 verify,
                 mode,
+                tag,
                 ..
-            } => one(
-                upload::promote::promote_upload(&ctx, id, *dry_run, *verify, mode.clone()).await?,
-            ),
+            } => one(upload::promote::promote_upload(
+                &ctx,
+                id,
+                *dry_run,
+                *verify,
+                (mode.clone(), *tag),
+            )
+            .await?),
             Command::UploadFindings { id } => {
                 UploadFinding::to_batch(&upload::status::upload_findings(&ctx, id).await?)
             }
@@ -401,9 +408,13 @@ impl fmt::Display for Command {
                 dry_run,
                 verify,
                 mode,
+                tag,
                 plan,
             } => {
                 write!(f, "PromoteUpload: upload={id}")?;
+                if *tag {
+                    write!(f, ", tag")?;
+                }
                 if *dry_run {
                     write!(f, ", dry_run")?;
                 }

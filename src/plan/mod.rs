@@ -82,7 +82,7 @@ async fn plan_statement(
             check_options(
                 "PROMOTE UPLOAD",
                 &promote.options,
-                &["dry_run", "verify", "mode", "key"],
+                &["dry_run", "verify", "mode", "key", "tag"],
             )?;
             let mode = crate::upload::promote::PromoteMode::parse(
                 option(&promote.options, "mode").unwrap_or("append"),
@@ -101,11 +101,16 @@ async fn plan_statement(
             } else {
                 vec![]
             };
+            let tag = option(&promote.options, "tag")
+                .map(|value| parse_bool("tag", value))
+                .transpose()?
+                .unwrap_or(false);
             command_plan(Command::PromoteUpload {
                 id: UploadId::parse(&promote.id)?,
                 dry_run,
                 verify,
                 mode,
+                tag,
                 plan,
             })
         }

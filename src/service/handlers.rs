@@ -251,6 +251,9 @@ pub(crate) struct CompleteUpload {
     /// An upsert's key columns (default: the target's key).
     #[serde(default)]
     key: Option<Vec<String>>,
+    /// Tag the snapshot holding the rows `upload-<id>`.
+    #[serde(default)]
+    tag: bool,
 }
 
 pub(crate) async fn complete_upload(
@@ -266,7 +269,7 @@ pub(crate) async fn complete_upload(
         serde_json::from_slice(&payload).map_err(|e| {
             ApiError::bad_request(format!(
                 "the request body is not valid: {e}; send {{\"mode\": \"append\" | \"upsert\" | \
-                 \"replace_partitions\", \"key\": [\"column\", ...]}} or nothing"
+                 \"replace_partitions\", \"key\": [\"column\", ...], \"tag\": true}} or nothing"
             ))
         })?
     };
@@ -291,7 +294,7 @@ pub(crate) async fn complete_upload(
         .ops()
         .check_promote_mode(&status.upload_id, &mode)
         .await?;
-    state.promote_in_background(&status.upload_id, mode);
+    state.promote_in_background(&status.upload_id, (mode, request.tag));
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"upload_id": id, "state": UploadState::Promoting.as_str()})),

@@ -264,7 +264,7 @@ impl AppState {
     pub(crate) fn promote_in_background(
         &self,
         id: &UploadId,
-        mode: crate::upload::promote::PromoteMode,
+        (mode, tag): (crate::upload::promote::PromoteMode, bool),
     ) {
         if !self
             .0
@@ -290,6 +290,7 @@ impl AppState {
                     Ok(options) => {
                         let options = crate::PromoteOptions {
                             mode: mode.clone(),
+                            tag,
                             ..options
                         };
                         state.ops().promote_upload(&id, options).await

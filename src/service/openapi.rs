@@ -88,7 +88,9 @@ fn api() -> Value {
                     "additionalProperties": false, "properties": {
                         "mode": {"type": "string", "enum": ["append", "upsert", "replace_partitions"], "default": "append"},
                         "key": {"type": "array", "items": {"type": "string"},
-                            "description": "an upsert's key columns (default: the target's identifier fields or its one UNIQUE rule)"}}}}}},
+                            "description": "an upsert's key columns (default: the target's identifier fields or its one UNIQUE rule)"},
+                        "tag": {"type": "boolean", "default": false,
+                            "description": "tag the snapshot holding the rows upload-<id>"}}}}}},
                 "responses": errors(json!({"202": ok("accepted", "UploadStatus")}))}},
             "/uploads/{id}/findings": {"get": {"summary": "row-level findings, paged", "parameters": [id_parameter(),
                     {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1}},

@@ -94,6 +94,9 @@ pub struct PromoteOptions {
     pub cluster: Option<Cluster>,
     /// How the rows land in the target (default: appended).
     pub mode: PromoteMode,
+    /// Tag the snapshot that holds the rows `upload-<id>` in the target, so
+    /// any engine can read what this upload added.
+    pub tag: bool,
 }
 
 impl Default for PromoteOptions {
@@ -104,6 +107,7 @@ impl Default for PromoteOptions {
             lease: Duration::from_secs(60),
             cluster: None,
             mode: PromoteMode::Append,
+            tag: false,
         }
     }
 }
@@ -114,7 +118,7 @@ pub(crate) async fn promote_upload(
     id: &UploadId,
     dry_run: bool,
     verify: Verify,
-    mode: PromoteMode,
+    (mode, tag): (PromoteMode, bool),
 ) -> Result<Promotion> {
     let options = PromoteOptions {
         dry_run,
@@ -122,6 +126,7 @@ pub(crate) async fn promote_upload(
         lease: ctx.options.promotion_lease.duration(),
         cluster: crate::cluster::of_options(&ctx.options)?,
         mode,
+        tag,
     };
     promote(&ctx.icestage, id, options).await
 }
@@ -197,6 +202,9 @@ async fn promote_once(
     };
     let target = load_target(&staging).await?;
     if let Some(snapshot_id) = promoted_snapshot(&target, &staging) {
+        if options.tag {
+            tag(&staging, snapshot_id).await?;
+        }
         let (rows, files) = snapshot_counts(&target, snapshot_id);
         // Committed earlier: the files were registered as the target's own
         // only on the zero-copy path, where the catalog keeps them.
@@ -418,6 +426,9 @@ async fn promote_claimed(
         mode => super::modes::commit(staging, target, mode, key, data_files).await?,
     };
     failpoint("promote.after-commit");
+    if options.tag {
+        tag(staging, snapshot_id).await?;
+    }
     finish(
         staging,
         Some(snapshot_id),
@@ -620,6 +631,18 @@ fn snapshot_counts(table: &Table, snapshot_id: i64) -> (i64, i64) {
     let snapshot = table.metadata().snapshot_by_id(snapshot_id);
     let count = |key: &str| summary_count(snapshot, key).unwrap_or(0);
     (count("added-records"), count("added-data-files"))
+}
+
+/// Tags the target's snapshot `snapshot_id`, which holds upload
+/// `staging`'s rows, `upload-<id>`.
+async fn tag(staging: &Staging, snapshot_id: i64) -> Result<()> {
+    crate::catalog::replace::tag_snapshot(
+        &staging.catalog,
+        &staging.target,
+        &format!("upload-{}", staging.id),
+        snapshot_id,
+    )
+    .await
 }
 
 /// Records the promotion and removes the staging table: its metadata only

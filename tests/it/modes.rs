@@ -91,7 +91,7 @@ async fn upsert_replaces_rows_by_key_and_inserts_the_rest() {
 
     let promoted = run(
         &ctx,
-        &format!("PROMOTE UPLOAD '{id}' WITH (mode = 'upsert')"),
+        &format!("PROMOTE UPLOAD '{id}' WITH (mode = 'upsert', tag = true)"),
     )
     .await
     .unwrap();
@@ -114,7 +114,7 @@ async fn upsert_replaces_rows_by_key_and_inserts_the_rest() {
     );
     let again = run(
         &ctx,
-        &format!("PROMOTE UPLOAD '{id}' WITH (mode = 'upsert')"),
+        &format!("PROMOTE UPLOAD '{id}' WITH (mode = 'upsert', tag = true)"),
     )
     .await
     .unwrap();
@@ -135,6 +135,22 @@ async fn upsert_replaces_rows_by_key_and_inserts_the_rest() {
         .filter(|row| row["v"] == "new")
         .count();
     assert_eq!(news, 3);
+    // The tag names the snapshot the promotion committed; PyIceberg reads it.
+    let tagged: serde_json::Value = serde_json::from_str(&python_script(
+        "pyiceberg_client.py",
+        &[
+            "tagged",
+            &warehouse.connection(),
+            "s.k",
+            &format!("upload-{id}"),
+        ],
+    ))
+    .unwrap();
+    assert_eq!(
+        tagged["snapshot_id"].to_string(),
+        value(&promoted, "snapshot_id")
+    );
+    assert_eq!(tagged["rows"], 6);
     let duckdb: serde_json::Value = serde_json::from_str(&python_script(
         "duckdb_scan.py",
         &[&warehouse.connection(), "s", "k", "id"],

@@ -107,6 +107,13 @@ def read_table(connection: str, table: str) -> None:
     }, default=str))
 
 
+def tagged(connection: str, table: str, name: str) -> None:
+    t = catalog(connection).load_table(table)
+    snapshot = t.snapshot_by_name(name)
+    rows = t.scan(snapshot_id=snapshot.snapshot_id).to_arrow().num_rows
+    print(json.dumps({"snapshot_id": snapshot.snapshot_id, "rows": rows}))
+
+
 def delete(connection: str, table: str, row_filter: str) -> None:
     t = catalog(connection).load_table(table)
     t.delete(delete_filter=row_filter)
@@ -215,6 +222,7 @@ if __name__ == "__main__":
         "append": lambda c, t, n: append(c, t, int(n)),
         "read": read,
         "read-table": read_table,
+        "tagged": tagged,
         "create": lambda c, t, n: create(c, t, int(n)),
         "field-ids": field_ids,
         "evolve": evolve,
