@@ -23,7 +23,7 @@ use iceberg::table::Table;
 use super::IcebergCatalog;
 use super::append::{Refusal, apply_append};
 use super::confine::{delete_within, is_under};
-use super::replace::{Live, check_format, live_files, write_replacement};
+use super::replace::{Live, Version, check_format, write_replacement};
 use super::snapshot::{add_as_head, new_snapshot_id};
 use crate::error::{Error, Result};
 
@@ -119,7 +119,7 @@ pub(crate) async fn choose(
     }
     check_format(table, WHAT)?;
     let assigned = catalog.assigned_location(table).await?;
-    let live = live_files(table, &assigned, WHAT).await?;
+    let live = Version::read(table, &assigned, WHAT).await?.live();
     let small = choice.target_file_size.saturating_mul(3) / 4;
     let mut outside = 0i64;
     let mut by_partition: BTreeMap<(i32, String), Vec<DataFile>> = BTreeMap::new();
@@ -192,9 +192,10 @@ pub(crate) async fn commit_packed(
         if base.metadata().current_snapshot().is_none() {
             break;
         }
+        let version = Version::read(&base, &assigned, WHAT).await?;
         let staged = write_replacement(
             &base,
-            &assigned,
+            &version,
             snapshot_id,
             "packed",
             attempt,

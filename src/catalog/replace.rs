@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use iceberg::spec::{
-    DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, Summary,
+    DataFile, FormatVersion, MAIN_BRANCH, Manifest, ManifestContentType, ManifestFile,
+    ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, Summary,
 };
 use iceberg::table::Table;
 
@@ -78,33 +78,60 @@ fn no_deletes(table: &Table, list: &[ManifestFile], what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Every live data file of `table`'s current snapshot, each manifest read
-/// as a client's file confined to `assigned` (the table's location). A
-/// table with row-level deletes is refused (`what` names the statement).
-pub(crate) async fn live_files(table: &Table, assigned: &str, what: &str) -> Result<Vec<Live>> {
-    let Some(current) = table.metadata().current_snapshot() else {
-        return Ok(vec![]);
-    };
-    let list = super::manifest::load_list(table, current, assigned).await?;
-    no_deletes(table, list.entries(), what)?;
-    let mut live = vec![];
-    for manifest in list
-        .entries()
-        .iter()
-        .filter(|m| m.content == ManifestContentType::Data)
-    {
-        let read = super::manifest::load(table, manifest, assigned).await?;
-        live.extend(
-            read.entries()
-                .iter()
-                .filter(|e| e.is_alive())
-                .map(|e| Live {
-                    spec_id: manifest.partition_spec_id,
-                    file: e.data_file().clone(),
-                }),
-        );
+/// The current snapshot of one version of a table as its manifests say:
+/// the manifest list and every data manifest, each read once (as a
+/// client's file confined to the table's location), for both what is live
+/// ([`Version::live`]) and a replacement built on it ([`write_replacement`]).
+pub(crate) struct Version {
+    /// The manifest list's entries.
+    list: Vec<ManifestFile>,
+    /// The data manifests, decoded, by path.
+    data: HashMap<String, Manifest>,
+}
+
+impl Version {
+    /// Reads `table`'s current snapshot's manifests, confined to
+    /// `assigned` (the table's location). A table with row-level deletes
+    /// is refused (`what` names the statement).
+    pub(crate) async fn read(table: &Table, assigned: &str, what: &str) -> Result<Self> {
+        let Some(current) = table.metadata().current_snapshot() else {
+            return Ok(Self {
+                list: vec![],
+                data: HashMap::new(),
+            });
+        };
+        let list = super::manifest::load_list(table, current, assigned)
+            .await?
+            .entries()
+            .to_vec();
+        no_deletes(table, &list, what)?;
+        let mut data = HashMap::new();
+        for manifest in list
+            .iter()
+            .filter(|m| m.content == ManifestContentType::Data)
+        {
+            let read = super::manifest::load(table, manifest, assigned).await?;
+            data.insert(manifest.manifest_path.clone(), read);
+        }
+        Ok(Self { list, data })
     }
-    Ok(live)
+
+    /// Every live data file, in manifest list order.
+    pub(crate) fn live(&self) -> Vec<Live> {
+        self.list
+            .iter()
+            .filter_map(|m| Some((m, self.data.get(&m.manifest_path)?)))
+            .flat_map(|(manifest, read)| {
+                read.entries()
+                    .iter()
+                    .filter(|e| e.is_alive())
+                    .map(|e| Live {
+                        spec_id: manifest.partition_spec_id,
+                        file: e.data_file().clone(),
+                    })
+            })
+            .collect()
+    }
 }
 
 /// The rows `files` hold, from their manifest entries.
@@ -127,13 +154,14 @@ pub(crate) struct Staged {
 }
 
 /// Writes the manifests and the manifest list of a snapshot on top of
-/// `base`'s current one that marks `deleted` (live data files of `base`)
-/// deleted and adds `added`, with `operation` and `properties` in its
-/// summary besides the counts. `tag` and `attempt` name the files.
+/// `base`'s current one (`version`, as read) that marks `deleted` (live
+/// data files of `base`) deleted and adds `added`, with `operation` and
+/// `properties` in its summary besides the counts. `tag` and `attempt`
+/// name the files.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn write_replacement(
     base: &Table,
-    assigned: &str,
+    version: &Version,
     snapshot_id: i64,
     tag: &str,
     attempt: usize,
@@ -149,26 +177,17 @@ pub(crate) async fn write_replacement(
     let sequence_number = metadata.next_sequence_number();
     let paths: HashSet<&str> = deleted.iter().map(DataFile::file_path).collect();
     let parent = metadata.current_snapshot();
-    let list = match parent {
-        Some(parent) => super::manifest::load_list(base, parent, assigned)
-            .await?
-            .entries()
-            .to_vec(),
-        None => vec![],
-    };
-    no_deletes(base, &list, "this commit")?;
     let mut staged = Staged {
         snapshot: None,
         written: vec![],
     };
     let mut manifests = vec![];
     let mut found = 0usize;
-    for manifest in &list {
-        if manifest.content != ManifestContentType::Data || paths.is_empty() {
+    for manifest in &version.list {
+        let Some(read) = version.data.get(&manifest.manifest_path) else {
             manifests.push(manifest.clone());
             continue;
-        }
-        let read = super::manifest::load(base, manifest, assigned).await?;
+        };
         let hits = read
             .entries()
             .iter()
@@ -432,13 +451,13 @@ async fn attempts(
             return Ok((snapshot_id, false, HashSet::new()));
         }
         check_format(base, "this promotion mode")?;
-        let live = live_files(base, assigned, "this promotion mode").await?;
-        let replaced = plan(base, live).await?;
+        let version = Version::read(base, assigned, "this promotion mode").await?;
+        let replaced = plan(base, version.live()).await?;
         scratch.extend(replaced.scratch.iter().cloned());
         let snapshot_id = new_snapshot_id(base.metadata());
         let staged = write_replacement(
             base,
-            assigned,
+            &version,
             snapshot_id,
             tag,
             attempt as usize,
@@ -459,8 +478,9 @@ async fn attempts(
             None => Err(Refusal::Conflict(format!("{name} changed"))),
         };
         match committed {
-            Ok(_) => {
-                if let Ok(current) = catalog.catalog().load_table(table.identifier()).await {
+            Ok((location, metadata)) => {
+                // The version this commit made, without reading it back.
+                if let Ok(current) = super::snapshot::successor(base, metadata, location) {
                     catalog.appended(current, Whose::User);
                 }
                 let added = replaced
@@ -562,7 +582,7 @@ mod tests {
             .await
             .unwrap();
         let assigned = catalog.assigned_location(&now).await.unwrap();
-        let live = live_files(&now, &assigned, "test").await.unwrap();
+        let live = Version::read(&now, &assigned, "test").await.unwrap().live();
         let paths: Vec<&str> = live.iter().map(|l| l.file.file_path()).collect();
         assert_eq!(
             paths,

@@ -211,28 +211,27 @@ fn pack_due(table: &Table) -> bool {
         return false;
     }
     let properties = metadata.properties();
-    let Some(after) = properties
+    properties
         .get(REWRITE_DATA_AFTER)
         .and_then(|v| v.trim().parse::<i64>().ok())
         .filter(|n| *n >= 1)
-    else {
-        return false;
-    };
-    let packed_at = properties
-        .get(PACKED_AT)
+        .is_some_and(|after| commits_since(table, PACKED_AT) >= after)
+}
+
+/// Commits that landed on `table` since the sequence number its property
+/// `at` records (every commit, when it records none).
+fn commits_since(table: &Table, at: &str) -> i64 {
+    let metadata = table.metadata();
+    let since = metadata
+        .properties()
+        .get(at)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    metadata.last_sequence_number() - packed_at >= after
+    metadata.last_sequence_number() - since
 }
 
 /// Whether `after` commits have landed on `table` since its manifests were
 /// last merged (each commit adds a manifest or more).
 fn merge_due(table: &Table, after: i64) -> bool {
-    let metadata = table.metadata();
-    let merged_at = metadata
-        .properties()
-        .get(MERGED_AT)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    metadata.last_sequence_number() - merged_at >= after
+    commits_since(table, MERGED_AT) >= after
 }

@@ -64,6 +64,17 @@ pub(crate) struct PinnedFile {
     pub(crate) rows: u64,
 }
 
+impl From<&iceberg::spec::DataFile> for PinnedFile {
+    /// A data file as its manifest entry describes it.
+    fn from(file: &iceberg::spec::DataFile) -> Self {
+        Self {
+            path: file.file_path().to_string(),
+            bytes: file.file_size_in_bytes(),
+            rows: file.record_count(),
+        }
+    }
+}
+
 /// Hashed by what names the snapshot (the file-IO properties are a map).
 impl std::hash::Hash for Recipe {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
@@ -287,6 +298,14 @@ impl RecipeTable {
     #[cfg(feature = "cluster")]
     pub(crate) fn new(table: &Table, snapshot_id: Option<i64>) -> Result<Self> {
         Self::of_recipe(table, Recipe::of(table, snapshot_id)?)
+    }
+
+    /// Exactly `files` (data files of `table`, read whole, never pruned by
+    /// their metrics) as a table of `table`'s columns, reached with its
+    /// file IO.
+    pub(crate) fn of_files(table: &Table, files: &[iceberg::spec::DataFile]) -> Result<Self> {
+        let pinned = files.iter().map(PinnedFile::from);
+        Self::of_recipe(table, Recipe::pinned(table, pinned, table.file_io())?)
     }
 
     /// `recipe`, a recipe of `table`, as a table; its files are reached

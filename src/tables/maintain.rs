@@ -14,7 +14,7 @@ use crate::catalog::bin_pack::{Choice, PACKED_AT, choose, commit_packed};
 use crate::catalog::compact::{Layout, Rewrite, rewrite_manifests as rewrite};
 use crate::catalog::upkeep;
 use crate::catalog::writer::write_rows_sized;
-use crate::cluster::{PinnedFile, Recipe, RecipeTable};
+use crate::cluster::RecipeTable;
 use crate::config::{parse_bool, parse_duration, parse_size};
 use crate::error::{Error, Result};
 use crate::rows::result_row;
@@ -229,22 +229,20 @@ async fn pack(
     options: &RewriteDataOptions,
 ) -> Result<DataFilesRewritten> {
     let roots = catalog.promoted_roots();
-    let ident = table.identifier();
-    let table = table.clone();
     let target_file_size = match options.target_file_size {
         Some(size) => size,
-        None => crate::catalog::writer::target_file_size(&table)?,
+        None => crate::catalog::writer::target_file_size(table)?,
     };
     let choice = Choice {
         target_file_size,
         min_input_files: options.min_input_files.unwrap_or(2),
     };
-    let mut packing = choose(catalog, &table, &choice, &roots).await?;
+    let mut packing = choose(catalog, table, &choice, &roots).await?;
     if let Some(filter) = &options.filter {
-        let only = files_matching(&table, filter).await?;
+        let only = files_matching(table, filter).await?;
         packing.restrict(&only, choice.min_input_files);
     }
-    let name = ident.to_string();
+    let name = table.identifier().to_string();
     let nothing = |message: String| DataFilesRewritten {
         table_name: name.clone(),
         data_files_before: packing.live_files,
@@ -261,30 +259,27 @@ async fn pack(
     if packing.groups.is_empty() {
         return Ok(nothing(packing.why.clone()));
     }
-    let names = crate::catalog::column_names(&table);
+    let names = crate::catalog::column_names(table);
     let columns: Vec<&str> = names.iter().map(String::as_str).collect();
     let prefix = format!("icestage-packed-{}", uuid::Uuid::new_v4().simple());
     let mut rewritten = vec![];
     let mut added = vec![];
     for (n, group) in packing.groups.iter().enumerate() {
-        let pinned = group.files.iter().map(|file| PinnedFile {
-            path: file.file_path().to_string(),
-            bytes: file.file_size_in_bytes(),
-            rows: file.record_count(),
-        });
-        let recipe = Recipe::pinned(&table, pinned, table.file_io())?;
         let rows = datafusion::prelude::SessionContext::new()
-            .read_table(std::sync::Arc::new(RecipeTable::of_recipe(&table, recipe)?))?
+            .read_table(std::sync::Arc::new(RecipeTable::of_files(
+                table,
+                &group.files,
+            )?))?
             .select_columns(&columns)?
             .execute_stream()
             .await?
             .map_err(Error::from);
         let written =
-            write_rows_sized(&table, &format!("{prefix}-{n:05}"), rows, target_file_size).await;
+            write_rows_sized(table, &format!("{prefix}-{n:05}"), rows, target_file_size).await;
         match written {
             Ok(files) => added.extend(files),
             Err(e) => {
-                forget(catalog, &table, &added).await;
+                forget(catalog, table, &added).await;
                 return Err(e);
             }
         }
@@ -292,7 +287,7 @@ async fn pack(
     }
     use crate::catalog::replace::{bytes, records as rows};
     if rows(&rewritten) != rows(&added) {
-        forget(catalog, &table, &added).await;
+        forget(catalog, table, &added).await;
         return Err(Error::invalid(format!(
             "REWRITE DATA FILES {name}: the new files hold {} rows, the files they replace {}; \
              nothing was changed",
@@ -300,7 +295,7 @@ async fn pack(
             rows(&rewritten)
         )));
     }
-    let packed = commit_packed(catalog, &table, &rewritten, &added).await?;
+    let packed = commit_packed(catalog, table, &rewritten, &added).await?;
     let after = packing.live_files - rewritten.len() as i64 + added.len() as i64;
     Ok(DataFilesRewritten {
         message: format!(
@@ -338,8 +333,7 @@ async fn pack(
 /// bounds, as a scan plans).
 async fn files_matching(table: &Table, filter: &str) -> Result<std::collections::HashSet<String>> {
     let name = table.identifier();
-    let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())?;
-    let schema = datafusion::common::DFSchema::try_from(arrow)?;
+    let schema = crate::tables::rules::df_schema(table)?;
     let expr = datafusion::prelude::SessionContext::new()
         .parse_sql_expr(filter, &schema)
         .map_err(|e| {

@@ -28,9 +28,9 @@ use iceberg::table::Table;
 
 use super::Staging;
 use super::enforce::ident;
-use crate::catalog::replace::{Live, Plan, Replaced, live_files, overwrite_once, records};
+use crate::catalog::replace::{Live, Plan, Replaced, Version, overwrite_once, records};
 use crate::catalog::writer::write_rows;
-use crate::cluster::{PinnedFile, Recipe, RecipeTable};
+use crate::cluster::RecipeTable;
 use crate::error::{Error, Result};
 use crate::tables::rules::{IDENTIFIER_FIELDS_RULE, Rule, rules_of};
 
@@ -259,7 +259,9 @@ pub(crate) async fn preview(
         });
     }
     let assigned = staging.catalog.assigned_location(target).await?;
-    let live = live_files(target, &assigned, "this promotion mode").await?;
+    let live = Version::read(target, &assigned, "this promotion mode")
+        .await?
+        .live();
     Ok(match (mode, key) {
         (PromoteMode::Upsert { .. }, Some(key)) => {
             Upserting::new(target, key, files)?
@@ -381,7 +383,7 @@ impl Upserting {
         write: bool,
     ) -> Result<(Replaced, Changes)> {
         let ctx = SessionContext::new();
-        ctx.register_table("staged", Arc::new(pinned(target, files)?))?;
+        ctx.register_table("staged", Arc::new(RecipeTable::of_files(target, files)?))?;
         let mut replaced = Replaced {
             added: files.to_vec(),
             ..Replaced::default()
@@ -440,7 +442,7 @@ impl Upserting {
         ctx.deregister_table("target_file")?;
         ctx.register_table(
             "target_file",
-            Arc::new(pinned(target, std::slice::from_ref(file))?),
+            Arc::new(RecipeTable::of_files(target, std::slice::from_ref(file))?),
         )?;
         let joined = self
             .key
@@ -501,15 +503,4 @@ impl Upserting {
         }
         Ok(Matched { rows, remainder })
     }
-}
-
-/// `files` as a table of `target`'s columns, read whole (never pruned by
-/// their metrics).
-fn pinned(target: &Table, files: &[DataFile]) -> Result<RecipeTable> {
-    let pinned = files.iter().map(|f| PinnedFile {
-        path: f.file_path().to_string(),
-        bytes: f.file_size_in_bytes(),
-        rows: f.record_count(),
-    });
-    RecipeTable::of_recipe(target, Recipe::pinned(target, pinned, target.file_io())?)
 }

@@ -234,12 +234,7 @@ pub(crate) fn verified_files(
     } else {
         staging.table.file_io()
     };
-    let files = files.iter().map(|f| PinnedFile {
-        path: f.file_path().to_string(),
-        bytes: f.file_size_in_bytes(),
-        rows: f.record_count(),
-    });
-    Recipe::pinned(&staging.table, files, io)
+    Recipe::pinned(&staging.table, files.iter().map(PinnedFile::from), io)
 }
 
 /// The target `staging` names, loaded; a missing one says what becomes of
