@@ -33,7 +33,8 @@ use crate::tables::rules::TableConstraint;
 use crate::upload::UploadId;
 use crate::upload::abort::UploadAborted;
 use crate::upload::create::{UploadOpened, UploadOptions};
-use crate::upload::promote::{PromoteMode, PromoteOptions, Promotion};
+use crate::upload::promote::{PromoteOptions, Promotion};
+use crate::upload::publish::Published;
 use crate::upload::status::{UploadFinding, UploadStatus};
 
 /// icestage's operations on a session that [`register`](crate::register)
@@ -142,12 +143,20 @@ impl Operations {
         crate::upload::promote::promote(&self.icestage, id, options).await
     }
 
-    /// Whether `mode` can promote upload `id` into its target: what `PROMOTE
-    /// UPLOAD ... WITH (mode = ...)` refuses before it claims anything (a
-    /// target without partitions for `replace_partitions`, an upsert key
-    /// that is missing or ambiguous).
-    pub async fn check_promote_mode(&self, id: &UploadId, mode: &PromoteMode) -> Result<()> {
-        crate::upload::promote::check_mode(&self.icestage, id, mode).await
+    /// Whether the mode and branch of `options` can promote upload `id` into
+    /// its target: what `PROMOTE UPLOAD ... WITH (mode = ..., to_branch =
+    /// ...)` refuses before it claims anything (a target without partitions
+    /// for `replace_partitions`, an upsert key that is missing or
+    /// ambiguous, a branch name icestage does not write).
+    pub async fn check_promote_mode(&self, id: &UploadId, options: &PromoteOptions) -> Result<()> {
+        crate::upload::promote::check_mode(&self.icestage, id, options).await
+    }
+
+    /// `PUBLISH UPLOAD`: puts the rows of an upload promoted `WITH
+    /// (to_branch = ...)` on the target's `main`, exactly once, after
+    /// checking the target's rules again against `main` as it is then.
+    pub async fn publish_upload(&self, id: &UploadId) -> Result<Published> {
+        crate::upload::publish::publish_upload(&self.icestage, id).await
     }
 
     /// A token for icestage's REST catalog (`icestage serve`'s `/iceberg`)

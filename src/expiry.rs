@@ -55,7 +55,7 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<StagingExpire
                     discard(staging, UploadState::Expired).await?;
                     removed += 1;
                 }
-                UploadState::Promoting | UploadState::Promoted => {}
+                UploadState::Promoting | UploadState::Promoted | UploadState::Published => {}
                 UploadState::Open | UploadState::Failed if staging.is_expired(now) => {
                     discard(staging, UploadState::Expired).await?;
                     removed += 1;
@@ -151,14 +151,9 @@ pub(crate) async fn expire_snapshots(
         - i64::try_from(options.older_than.as_millis()).unwrap_or(i64::MAX);
     // The newest `retain_last` of the main branch's ancestry, and every
     // branch or tag head, stay.
-    // Every branch's and tag's head (iceberg-rust's metadata lists its refs
-    // only in its serialized form).
-    let mut kept: HashSet<i64> = serde_json::to_value(metadata)
-        .ok()
-        .and_then(|m| m.get("refs").and_then(|r| r.as_object()).cloned())
-        .unwrap_or_default()
+    let mut kept: HashSet<i64> = crate::catalog::snapshot::refs(metadata)
         .values()
-        .filter_map(|r| r.get("snapshot-id").and_then(serde_json::Value::as_i64))
+        .map(|r| r.snapshot_id)
         .collect();
     let mut cursor = metadata.current_snapshot_id();
     for _ in 0..options.retain_last.max(1) {
@@ -175,6 +170,21 @@ pub(crate) async fn expire_snapshots(
         .into_iter()
         .map(|staging| staging.id.to_string())
         .collect();
+    // Uploads promoted to an audit branch and not yet on main: the snapshot
+    // PUBLISH UPLOAD publishes stays.
+    let on_main: HashSet<&String> = std::iter::successors(metadata.current_snapshot(), |s| {
+        s.parent_snapshot_id()
+            .and_then(|id| metadata.snapshot_by_id(id))
+    })
+    .take(metadata.snapshots().count())
+    .filter_map(|s| s.summary().additional_properties.get(SNAPSHOT_UPLOAD_ID))
+    .collect();
+    let unpublished = |props: &std::collections::HashMap<String, String>| {
+        props.contains_key(crate::catalog::branch::SNAPSHOT_BRANCH)
+            && props
+                .get(SNAPSHOT_UPLOAD_ID)
+                .is_some_and(|id| !on_main.contains(id))
+    };
     let mut expire = vec![];
     let mut protected = 0i64;
     let mut copies = vec![];
@@ -186,6 +196,7 @@ pub(crate) async fn expire_snapshots(
         if props
             .get(SNAPSHOT_UPLOAD_ID)
             .is_some_and(|id| unfinished.contains(id))
+            || unpublished(props)
         {
             protected += 1;
             continue;

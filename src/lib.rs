@@ -68,6 +68,7 @@ pub use tables::rules::TableConstraint;
 pub use upload::abort::UploadAborted;
 pub use upload::create::{UploadOpened, UploadOptions};
 pub use upload::promote::{PromoteMode, PromoteOptions, Promotion, TransferPath};
+pub use upload::publish::Published;
 pub use upload::status::{UploadFinding, UploadStatus};
 pub use upload::validation::Verify;
 pub use upload::{

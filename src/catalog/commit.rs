@@ -77,6 +77,31 @@ impl Evidence {
         self.claims(table, true).next()
     }
 
+    /// Whether `snapshot` carries this evidence, proof included.
+    pub(crate) fn carried_by(&self, snapshot: &iceberg::spec::Snapshot) -> bool {
+        self.claimed(&snapshot.summary().additional_properties) == (true, true)
+    }
+
+    /// The first snapshot on branch `branch` of `table` (its head, then
+    /// the head's ancestors) that carries this evidence, proof included.
+    pub(crate) fn found_on(&self, table: &Table, branch: &str) -> Option<i64> {
+        let metadata = table.metadata();
+        let mut next = metadata.snapshot_for_ref(branch).map(|s| s.snapshot_id());
+        // Each snapshot at most once, whatever the parents say.
+        let mut left = metadata.snapshots().count();
+        while let Some(id) = next
+            && left > 0
+        {
+            let snapshot = metadata.snapshot_by_id(id)?;
+            if self.carried_by(snapshot) {
+                return Some(id);
+            }
+            next = snapshot.parent_snapshot_id();
+            left -= 1;
+        }
+        None
+    }
+
     /// The snapshots of `table` that claim this evidence without its proof:
     /// another writer's forgery, ignored.
     pub(crate) fn forged_in(&self, table: &Table) -> Vec<i64> {

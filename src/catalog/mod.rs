@@ -8,6 +8,7 @@
 
 pub(crate) mod append;
 pub(crate) mod bin_pack;
+pub(crate) mod branch;
 pub(crate) mod cache;
 pub(crate) mod claims;
 pub(crate) mod commit;

@@ -22,7 +22,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, Manifest, ManifestContentType, ManifestFile,
-    ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, Summary,
+    ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotRef, Summary,
 };
 use iceberg::table::Table;
 
@@ -83,6 +83,9 @@ fn no_deletes(table: &Table, list: &[ManifestFile], what: &str) -> Result<()> {
 /// client's file confined to the table's location), for both what is live
 /// ([`Version::live`]) and a replacement built on it ([`write_replacement`]).
 pub(crate) struct Version {
+    /// The snapshot read (a replacement's parent); `None` for a table
+    /// without one.
+    parent: Option<SnapshotRef>,
     /// The manifest list's entries.
     list: Vec<ManifestFile>,
     /// The data manifests, decoded, by path.
@@ -94,18 +97,10 @@ impl Version {
     /// `assigned` (the table's location). A table with row-level deletes
     /// is refused (`what` names the statement).
     pub(crate) async fn read(table: &Table, assigned: &str, what: &str) -> Result<Self> {
-        let Some(current) = table.metadata().current_snapshot() else {
-            return Ok(Self {
-                list: vec![],
-                data: HashMap::new(),
-            });
-        };
-        let list = super::manifest::load_list(table, current, assigned)
-            .await?
-            .entries()
-            .to_vec();
-        no_deletes(table, &list, what)?;
-        let mut data = HashMap::new();
+        let mut version =
+            Self::listed(table, table.metadata().current_snapshot(), assigned).await?;
+        no_deletes(table, &version.list, what)?;
+        let Self { list, data, .. } = &mut version;
         for manifest in list
             .iter()
             .filter(|m| m.content == ManifestContentType::Data)
@@ -113,7 +108,29 @@ impl Version {
             let read = super::manifest::load(table, manifest, assigned).await?;
             data.insert(manifest.manifest_path.clone(), read);
         }
-        Ok(Self { list, data })
+        Ok(version)
+    }
+
+    /// `snapshot` of `table` (none: an empty table) with its manifest list
+    /// only, confined to `assigned`: what an append on top of it keeps as
+    /// it is.
+    pub(crate) async fn listed(
+        table: &Table,
+        snapshot: Option<&SnapshotRef>,
+        assigned: &str,
+    ) -> Result<Self> {
+        let list = match snapshot {
+            Some(snapshot) => super::manifest::load_list(table, snapshot, assigned)
+                .await?
+                .entries()
+                .to_vec(),
+            None => vec![],
+        };
+        Ok(Self {
+            parent: snapshot.cloned(),
+            list,
+            data: HashMap::new(),
+        })
     }
 
     /// Every live data file, in manifest list order.
@@ -153,8 +170,8 @@ pub(crate) struct Staged {
     pub(crate) written: Vec<String>,
 }
 
-/// Writes the manifests and the manifest list of a snapshot on top of
-/// `base`'s current one (`version`, as read) that marks `deleted` (live
+/// Writes the manifests and the manifest list of a snapshot of `base` on
+/// top of the one `version` read (its parent) that marks `deleted` (live
 /// data files of `base`) deleted and adds `added`, with `operation` and
 /// `properties` in its summary besides the counts. `tag` and `attempt`
 /// name the files.
@@ -176,7 +193,7 @@ pub(crate) async fn write_replacement(
     let schema = metadata.current_schema();
     let sequence_number = metadata.next_sequence_number();
     let paths: HashSet<&str> = deleted.iter().map(DataFile::file_path).collect();
-    let parent = metadata.current_snapshot();
+    let parent = version.parent.as_ref();
     let mut staged = Staged {
         snapshot: None,
         written: vec![],

@@ -40,6 +40,50 @@ pub(crate) fn add_as_head(
     ]
 }
 
+/// Summary property `key` of snapshot `snapshot_id` of `table`, if the
+/// snapshot exists and has it.
+pub(crate) fn summary_property(table: &Table, snapshot_id: i64, key: &str) -> Option<String> {
+    table
+        .metadata()
+        .snapshot_by_id(snapshot_id)?
+        .summary()
+        .additional_properties
+        .get(key)
+        .cloned()
+}
+
+/// A branch or tag of a table: the snapshot it names, and whether it is a
+/// branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ref {
+    /// The snapshot.
+    pub(crate) snapshot_id: i64,
+    /// A branch (else a tag).
+    pub(crate) branch: bool,
+}
+
+/// Every branch and tag of `metadata`, by name (iceberg-rust keeps them
+/// private; its serialized form lists them).
+pub(crate) fn refs(metadata: &TableMetadata) -> std::collections::HashMap<String, Ref> {
+    let refs = serde_json::to_value(metadata)
+        .ok()
+        .and_then(|m| m.get("refs").and_then(|r| r.as_object()).cloned())
+        .unwrap_or_default();
+    refs.into_iter()
+        .filter_map(|(name, found)| {
+            let snapshot_id = found.get("snapshot-id")?.as_i64()?;
+            let branch = found.get("type").and_then(|t| t.as_str()) == Some("branch");
+            Some((
+                name,
+                Ref {
+                    snapshot_id,
+                    branch,
+                },
+            ))
+        })
+        .collect()
+}
+
 /// The `total-*` counts of `snapshot`'s summary (what a snapshot on top of
 /// it carries forward).
 pub(crate) fn totals(

@@ -91,10 +91,7 @@ impl TableFunctionImpl for PromoteUploadFunc {
         let id = UploadId::parse(&string_arg(args, 0, "promote_upload", signature)?)?;
         Ok(CommandTable::of(Command::PromoteUpload {
             id,
-            dry_run: false,
-            verify: Default::default(),
-            mode: Default::default(),
-            tag: false,
+            options: Default::default(),
             plan: vec![],
         }))
     }

@@ -36,9 +36,9 @@ use crate::upload;
 use crate::upload::UploadId;
 use crate::upload::abort::UploadAborted;
 use crate::upload::create::{UploadOpened, UploadOptions};
-use crate::upload::promote::{PromoteMode, Promotion};
+use crate::upload::promote::{PromoteMode, PromoteOptions, Promotion};
+use crate::upload::publish::Published;
 use crate::upload::status::{UploadFinding, UploadStatus};
-use crate::upload::validation::Verify;
 
 /// One icestage operation, its arguments parsed and checked.
 #[derive(Debug, Clone)]
@@ -53,12 +53,11 @@ pub(crate) enum Command {
     /// the validation for EXPLAIN (filled in only when explaining).
     PromoteUpload {
         id: UploadId,
-        dry_run: bool,
-        verify: Verify,
-        mode: PromoteMode,
-        tag: bool,
+        options: PromoteOptions,
         plan: Vec<String>,
     },
+    /// `PUBLISH UPLOAD '<id>'`
+    PublishUpload { id: UploadId },
     /// `upload_findings('<id>')`
     UploadFindings { id: UploadId },
     /// `vend_credentials('<id>' [, mode] [, duration])`; the id is an
@@ -163,6 +162,7 @@ impl Command {
         match self {
             Command::CreateUpload { .. } => "CreateUpload",
             Command::PromoteUpload { .. } => "PromoteUpload",
+            Command::PublishUpload { .. } => "PublishUpload",
             Command::UploadFindings { .. } => "UploadFindings",
             Command::VendCredentials { .. } => "VendCredentials",
             Command::AddConstraint { .. } => "AddConstraint",
@@ -199,6 +199,7 @@ impl Command {
         match self {
             Command::CreateUpload { .. } => UploadOpened::schema(),
             Command::PromoteUpload { .. } => Promotion::schema(),
+            Command::PublishUpload { .. } => Published::schema(),
             Command::AbortUpload { .. } => UploadAborted::schema(),
             Command::ExpireStaging => StagingExpired::schema(),
             Command::ExpireSnapshots { .. } => SnapshotsExpired::schema(),
@@ -252,21 +253,12 @@ impl Command {
                 target,
                 options,
             } => one(upload::create::create_upload(&ctx, catalog, target, options).await?),
-            Command::PromoteUpload {
-                id,
-                dry_run,
-                verify,
-                mode,
-                tag,
-                ..
-            } => one(upload::promote::promote_upload(
-                &ctx,
-                id,
-                *dry_run,
-                *verify,
-                (mode.clone(), *tag),
-            )
-            .await?),
+            Command::PromoteUpload { id, options, .. } => {
+                one(upload::promote::promote_upload(&ctx, id, options).await?)
+            }
+            Command::PublishUpload { id } => {
+                one(upload::publish::publish_upload(&ctx.icestage, id).await?)
+            }
             Command::UploadFindings { id } => {
                 UploadFinding::to_batch(&upload::status::upload_findings(&ctx, id).await?)
             }
@@ -403,34 +395,31 @@ impl fmt::Display for Command {
                 }
                 Ok(())
             }
-            Command::PromoteUpload {
-                id,
-                dry_run,
-                verify,
-                mode,
-                tag,
-                plan,
-            } => {
+            Command::PromoteUpload { id, options, plan } => {
                 write!(f, "PromoteUpload: upload={id}")?;
-                if *tag {
+                if let Some(branch) = &options.to_branch {
+                    write!(f, ", to_branch={branch}")?;
+                }
+                if options.tag {
                     write!(f, ", tag")?;
                 }
-                if *dry_run {
+                if options.dry_run {
                     write!(f, ", dry_run")?;
                 }
-                match mode {
+                match &options.mode {
                     PromoteMode::Append => {}
                     PromoteMode::Upsert { key: Some(key) } => {
                         write!(f, ", mode=upsert, key=({})", key.join(", "))?
                     }
                     other => write!(f, ", mode={}", other.name())?,
                 }
-                write!(f, ", verify={}", verify.as_str())?;
+                write!(f, ", verify={}", options.verify.as_str())?;
                 for step in plan {
                     write!(f, "\n  {step}")?;
                 }
                 Ok(())
             }
+            Command::PublishUpload { id } => write!(f, "PublishUpload: upload={id}"),
             Command::UploadFindings { id } => write!(f, "UploadFindings: upload={id}"),
             Command::VendCredentials { id, mode, duration } => write!(
                 f,

@@ -82,7 +82,7 @@ async fn plan_statement(
             check_options(
                 "PROMOTE UPLOAD",
                 &promote.options,
-                &["dry_run", "verify", "mode", "key", "tag"],
+                &["dry_run", "verify", "mode", "key", "tag", "to_branch"],
             )?;
             let mode = crate::upload::promote::PromoteMode::parse(
                 option(&promote.options, "mode").unwrap_or("append"),
@@ -105,15 +105,23 @@ async fn plan_statement(
                 .map(|value| parse_bool("tag", value))
                 .transpose()?
                 .unwrap_or(false);
+            let to_branch = option(&promote.options, "to_branch").map(str::to_string);
             command_plan(Command::PromoteUpload {
                 id: UploadId::parse(&promote.id)?,
-                dry_run,
-                verify,
-                mode,
-                tag,
+                options: crate::upload::promote::PromoteOptions {
+                    dry_run,
+                    verify,
+                    mode,
+                    tag,
+                    to_branch,
+                    ..Default::default()
+                },
                 plan,
             })
         }
+        Statement::PublishUpload(publish) => command_plan(Command::PublishUpload {
+            id: UploadId::parse(&publish.id)?,
+        }),
         Statement::AbortUpload(abort) => command_plan(Command::AbortUpload {
             id: UploadId::parse(&abort.id)?,
         }),

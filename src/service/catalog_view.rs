@@ -635,6 +635,16 @@ impl CatalogView {
                 format!("{ident}: {failed}"),
             ));
         }
+        if let Some(why) = crate::catalog::branch::client_touches(&table, &request.updates) {
+            return Err(RestError::new(
+                StatusCode::FORBIDDEN,
+                "ForbiddenException",
+                format!(
+                    "{ident}: {why}: only icestage writes its audit branches (PROMOTE UPLOAD \
+                     ... WITH (to_branch = ...), then PUBLISH UPLOAD)"
+                ),
+            ));
+        }
         let location = self.catalog.assigned_location(&table).await?;
         let outside = crate::catalog::confine::paths_outside(&request.updates, &location);
         if !outside.is_empty() {
@@ -1484,6 +1494,29 @@ operations = ["catalog"]
         (response.status().as_u16(), response.text().await.unwrap())
     }
 
+    /// Creates namespace `sandbox` and its table `t` (one `id` column)
+    /// through the REST catalog at `uri`.
+    async fn sandbox_table(uri: &str) {
+        let (status, body) = send(
+            uri,
+            reqwest::Method::POST,
+            "namespaces",
+            Some(serde_json::json!({"namespace": ["sandbox"]})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let schema = serde_json::json!({"type": "struct", "schema-id": 0, "fields": [
+            {"id": 1, "name": "id", "required": true, "type": "long"}]});
+        let (status, body) = send(
+            uri,
+            reqwest::Method::POST,
+            "namespaces/sandbox/tables",
+            Some(serde_json::json!({"name": "t", "schema": schema})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+
     async fn rest_catalog(uri: &str) -> IcebergCatalog {
         IcebergCatalog::open(&CatalogConfig {
             name: "lake".to_string(),
@@ -1501,6 +1534,66 @@ operations = ["catalog"]
         vec![TableUpdate::SetProperties {
             updates: HashMap::from([(key.to_string(), value.to_string())]),
         }]
+    }
+
+    /// An audit branch icestage created on a table is icestage's alone: a
+    /// catalog token that may commit anything else to the table cannot
+    /// move it, remove it or unlist it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_catalog_token_cannot_move_an_audit_branch() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = serve(dir.path(), r#"["sandbox.*"]"#).await;
+        sandbox_table(&uri).await;
+        let send = |method, path: &'static str, body| send(&uri, method, path, body);
+        use reqwest::Method;
+        let embedded = crate::config::IcestageConfig::embedded(dir.path()).unwrap();
+        let catalog = IcebergCatalog::open(&embedded.catalogs[0]).await.unwrap();
+        let ident = iceberg::TableIdent::from_strs(["sandbox", "t"]).unwrap();
+        let table = catalog.catalog().load_table(&ident).await.unwrap();
+        let evidence = crate::catalog::commit::Evidence::new("test", "branch");
+        let (head, _) = crate::catalog::branch::append_to_branch_once(
+            &catalog,
+            &table,
+            &evidence,
+            "audit",
+            &[],
+        )
+        .await
+        .unwrap();
+
+        let branches = crate::catalog::branch::PROP_AUDIT_BRANCHES;
+        for update in [
+            serde_json::json!({"action": "remove-snapshot-ref", "ref-name": "audit"}),
+            serde_json::json!({"action": "set-snapshot-ref", "ref-name": "audit",
+                "type": "branch", "snapshot-id": head}),
+            serde_json::json!({"action": "remove-properties", "removals": [branches]}),
+            serde_json::json!({"action": "remove-snapshots", "snapshot-ids": [head]}),
+        ] {
+            let (status, body) = send(
+                Method::POST,
+                "namespaces/sandbox/tables/t",
+                Some(serde_json::json!({"requirements": [], "updates": [update]})),
+            )
+            .await;
+            assert_eq!(status, 403, "{update}: {body}");
+            assert!(body.contains("audit branch"), "{body}");
+        }
+        // Other changes to the table are the token's to make.
+        let (status, body) = send(
+            Method::POST,
+            "namespaces/sandbox/tables/t",
+            Some(serde_json::json!({"requirements": [], "updates": [
+                {"action": "set-properties", "updates": {"owner": "lake"}}]})),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let now = catalog.catalog().load_table(&ident).await.unwrap();
+        assert_eq!(
+            now.metadata()
+                .snapshot_for_ref("audit")
+                .map(|s| s.snapshot_id()),
+            Some(head)
+        );
     }
 
     /// Two commits that checked one version: the first lands, the second
@@ -1689,24 +1782,9 @@ operations = ["catalog"]
     async fn a_catalog_token_cannot_make_the_service_delete_outside_its_table() {
         let dir = tempfile::tempdir().unwrap();
         let uri = serve(dir.path(), r#"["sandbox.*"]"#).await;
+        sandbox_table(&uri).await;
         let send = |method, path: &'static str, body| send(&uri, method, path, body);
         use reqwest::Method;
-        let (status, body) = send(
-            Method::POST,
-            "namespaces",
-            Some(serde_json::json!({"namespace": ["sandbox"]})),
-        )
-        .await;
-        assert_eq!(status, 200, "{body}");
-        let schema = serde_json::json!({"type": "struct", "schema-id": 0, "fields": [
-            {"id": 1, "name": "id", "required": true, "type": "long"}]});
-        let (status, body) = send(
-            Method::POST,
-            "namespaces/sandbox/tables",
-            Some(serde_json::json!({"name": "t", "schema": schema})),
-        )
-        .await;
-        assert_eq!(status, 200, "{body}");
 
         let victim = dir.path().join("outside").join("victim.txt");
         std::fs::create_dir_all(victim.parent().unwrap()).unwrap();

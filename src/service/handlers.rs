@@ -254,6 +254,10 @@ pub(crate) struct CompleteUpload {
     /// Tag the snapshot holding the rows `upload-<id>`.
     #[serde(default)]
     tag: bool,
+    /// Land the rows on this audit branch of the target; `POST
+    /// /uploads/{id}/publish` publishes them on `main`.
+    #[serde(default)]
+    to_branch: Option<String>,
 }
 
 pub(crate) async fn complete_upload(
@@ -269,7 +273,8 @@ pub(crate) async fn complete_upload(
         serde_json::from_slice(&payload).map_err(|e| {
             ApiError::bad_request(format!(
                 "the request body is not valid: {e}; send {{\"mode\": \"append\" | \"upsert\" | \
-                 \"replace_partitions\", \"key\": [\"column\", ...], \"tag\": true}} or nothing"
+                 \"replace_partitions\", \"key\": [\"column\", ...], \"tag\": true, \
+                 \"to_branch\": \"audit\"}} or nothing"
             ))
         })?
     };
@@ -289,17 +294,41 @@ pub(crate) async fn complete_upload(
         )
             .into_response());
     }
-    // A mode the target cannot take is answered now, not in the background.
+    let landing = crate::PromoteOptions {
+        mode,
+        tag: request.tag,
+        to_branch: request.to_branch,
+        ..Default::default()
+    };
+    // A mode or branch the target cannot take is answered now, not in the
+    // background.
     state
         .ops()
-        .check_promote_mode(&status.upload_id, &mode)
+        .check_promote_mode(&status.upload_id, &landing)
         .await?;
-    state.promote_in_background(&status.upload_id, (mode, request.tag));
+    state.promote_in_background(&status.upload_id, landing);
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"upload_id": id, "state": UploadState::Promoting.as_str()})),
     )
         .into_response())
+}
+
+/// `POST /uploads/{id}/publish`: the rows of an upload promoted to an audit
+/// branch, published on the target's `main` (synchronously: one commit).
+pub(crate) async fn publish_upload(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let status = owned_upload(&state, &caller, &id).await?;
+    let published = state.ops().publish_upload(&status.upload_id).await?;
+    crate::metrics::transition(
+        crate::metrics::Session::Upload,
+        status.upload_id.as_str(),
+        UploadState::Published.as_str(),
+    );
+    answer(StatusCode::OK, published)
 }
 
 pub(crate) async fn upload_status(

@@ -261,11 +261,7 @@ impl AppState {
 
     /// Promotes upload `id` in the background unless this process already
     /// is; the outcome lands in the catalog, where GET /uploads/{id} reads it.
-    pub(crate) fn promote_in_background(
-        &self,
-        id: &UploadId,
-        (mode, tag): (crate::upload::promote::PromoteMode, bool),
-    ) {
+    pub(crate) fn promote_in_background(&self, id: &UploadId, landing: crate::PromoteOptions) {
         if !self
             .0
             .promoting
@@ -289,8 +285,9 @@ impl AppState {
                 let promoted = match state.ops().promote_options() {
                     Ok(options) => {
                         let options = crate::PromoteOptions {
-                            mode: mode.clone(),
-                            tag,
+                            mode: landing.mode.clone(),
+                            tag: landing.tag,
+                            to_branch: landing.to_branch.clone(),
                             ..options
                         };
                         state.ops().promote_upload(&id, options).await
@@ -522,6 +519,7 @@ pub fn router(state: AppState) -> Router {
             post(handlers::upload_credentials),
         )
         .route("/uploads/{id}/complete", post(handlers::complete_upload))
+        .route("/uploads/{id}/publish", post(handlers::publish_upload))
         .route("/uploads/{id}/findings", get(handlers::upload_findings))
         .route("/downloads", post(handlers::create_download))
         .route("/downloads/{id}", get(handlers::download_status))

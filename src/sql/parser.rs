@@ -24,6 +24,8 @@ pub enum Statement {
     CreateUpload(CreateUpload),
     /// `PROMOTE UPLOAD '<id>' [WITH (...)]`
     PromoteUpload(UploadStatement),
+    /// `PUBLISH UPLOAD '<id>'`
+    PublishUpload(UploadStatement),
     /// `ABORT UPLOAD '<id>'`
     AbortUpload(UploadStatement),
     /// `EXPIRE STAGING`
@@ -130,7 +132,8 @@ pub struct CreateUpload {
     pub options: Vec<(String, String)>,
 }
 
-/// A statement about one upload: `PROMOTE UPLOAD '<id>'`, `ABORT UPLOAD '<id>'`.
+/// A statement about one upload: `PROMOTE UPLOAD '<id>'`, `PUBLISH UPLOAD
+/// '<id>'`, `ABORT UPLOAD '<id>'`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UploadStatement {
     /// The upload id, as written.
@@ -166,6 +169,7 @@ impl fmt::Display for Statement {
                 write!(f, "PROMOTE UPLOAD '{}'", s.id)?;
                 fmt_options(f, &s.options)
             }
+            Statement::PublishUpload(s) => write!(f, "PUBLISH UPLOAD '{}'", s.id),
             Statement::AbortUpload(s) => write!(f, "ABORT UPLOAD '{}'", s.id),
             Statement::ExpireStaging => write!(f, "EXPIRE STAGING"),
             Statement::ExpireSnapshots { table, options } => {
@@ -246,6 +250,7 @@ impl fmt::Display for Statement {
 enum Head {
     CreateUpload,
     PromoteUpload,
+    PublishUpload,
     AbortUpload,
     ExpireStaging,
     ExpireSnapshots,
@@ -331,6 +336,7 @@ impl<'a> IcestageParser<'a> {
         match (word(0).as_str(), word(1).as_str()) {
             ("CREATE", "UPLOAD") => Head::CreateUpload,
             ("PROMOTE", _) => Head::PromoteUpload,
+            ("PUBLISH", _) => Head::PublishUpload,
             ("ABORT", "UPLOAD") => Head::AbortUpload,
             ("EXPIRE", "SNAPSHOTS") => Head::ExpireSnapshots,
             ("REWRITE", "MANIFESTS") => Head::RewriteManifests,
@@ -365,6 +371,15 @@ impl<'a> IcestageParser<'a> {
                 let id = self.parse_id(usage)?;
                 let options = self.parse_with_options()?;
                 Ok(Statement::PromoteUpload(UploadStatement { id, options }))
+            }
+            Head::PublishUpload => {
+                let usage = "PUBLISH UPLOAD '<upload id>'";
+                self.expect_words(&["PUBLISH", "UPLOAD"], usage)?;
+                let id = self.parse_id(usage)?;
+                Ok(Statement::PublishUpload(UploadStatement {
+                    id,
+                    options: vec![],
+                }))
             }
             Head::AbortUpload => {
                 let usage = "ABORT UPLOAD '<upload id>'";
@@ -708,6 +723,8 @@ mod tests {
             "CREATE UPLOAD FOR payments.transactions WITH (ttl = '2h')",
             "PROMOTE UPLOAD '0123456789abcdef0123456789abcdef'",
             "ABORT UPLOAD 'abc'",
+            "PROMOTE UPLOAD 'abc' WITH (to_branch = 'audit')",
+            "PUBLISH UPLOAD 'abc'",
             "EXPIRE STAGING",
             "EXPIRE SNAPSHOTS payments.transactions WITH (older_than = '1h', retain_last = '5')",
             "REWRITE MANIFESTS payments.transactions",

@@ -167,6 +167,19 @@ pub(crate) async fn evaluate_unique(
         None => unique_here(staging, target, verified).await?,
     };
     validation.cluster = cluster.cloned();
+    unique_findings(&ctx, name, columns, against_target, validation).await
+}
+
+/// Evaluates one UNIQUE rule `name` on `columns` in `ctx`, where `staged`
+/// is the upload's rows and `target` the target's: keys repeated inside
+/// the upload, and (with `against_target`) keys the target already holds.
+pub(crate) async fn unique_findings(
+    ctx: &SessionContext,
+    name: &str,
+    columns: &[String],
+    against_target: bool,
+    validation: &mut Validation,
+) -> Result<()> {
     let list = |alias: &str| {
         columns
             .iter()
@@ -251,20 +264,26 @@ pub(crate) async fn evaluate_unique(
     Ok(())
 }
 
-/// The session the uniqueness queries run in here: bounded memory (they
-/// spill), the staged side unpruned when bytes are verified.
-async fn unique_here(
-    staging: &Staging,
-    target: &Table,
-    verified: Option<&Recipe>,
-) -> Result<SessionContext> {
+/// A session for the rules' queries in this process: bounded memory (they
+/// spill), sort-merge joins.
+pub(crate) fn rules_context() -> Result<SessionContext> {
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_limit(VALIDATION_MEMORY, 1.0)
         .build_arc()?;
     let config = SessionConfig::new()
         .set_bool("datafusion.optimizer.prefer_hash_join", false)
         .with_target_partitions(2);
-    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    Ok(SessionContext::new_with_config_rt(config, runtime))
+}
+
+/// The session the uniqueness queries run in here ([`rules_context`]),
+/// the staged side unpruned when bytes are verified.
+async fn unique_here(
+    staging: &Staging,
+    target: &Table,
+    verified: Option<&Recipe>,
+) -> Result<SessionContext> {
+    let ctx = rules_context()?;
     let provider = |table: &Table| {
         let catalog = Arc::clone(&staging.catalog);
         let ident = table.identifier().clone();

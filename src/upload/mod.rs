@@ -23,6 +23,7 @@ pub(crate) mod enforce;
 pub(crate) mod findings;
 pub(crate) mod modes;
 pub(crate) mod promote;
+pub(crate) mod publish;
 pub(crate) mod seal;
 pub(crate) mod status;
 pub(crate) mod transfer;
@@ -133,8 +134,12 @@ pub enum UploadState {
     Open,
     /// A `PROMOTE UPLOAD` claimed the session (or died while holding it).
     Promoting,
-    /// The rows are in the target.
+    /// The rows are in the target (on `main`, or on the audit branch
+    /// `to_branch` named).
     Promoted,
+    /// The rows, promoted to an audit branch, were published on `main`
+    /// (`PUBLISH UPLOAD`).
+    Published,
     /// The last promotion failed validation; the staging table is kept.
     Failed,
     /// Discarded by `ABORT UPLOAD`.
@@ -144,10 +149,11 @@ pub enum UploadState {
 }
 
 impl UploadState {
-    const ALL: [Self; 6] = [
+    const ALL: [Self; 7] = [
         Self::Open,
         Self::Promoting,
         Self::Promoted,
+        Self::Published,
         Self::Failed,
         Self::Aborted,
         Self::Expired,
@@ -159,6 +165,7 @@ impl UploadState {
             Self::Open => "open",
             Self::Promoting => "promoting",
             Self::Promoted => "promoted",
+            Self::Published => "published",
             Self::Failed => "failed",
             Self::Aborted => "aborted",
             Self::Expired => "expired",
@@ -180,7 +187,7 @@ impl FromStr for UploadState {
     fn from_str(s: &str) -> Result<Self> {
         state_named(&Self::ALL, s).ok_or_else(|| {
             Error::invalid(format!(
-                "'{s}' is not an upload state: expected one of open, promoting, promoted, failed, aborted, expired"
+                "'{s}' is not an upload state: expected one of open, promoting, promoted, published, failed, aborted, expired"
             ))
         })
     }
@@ -551,6 +558,7 @@ mod tests {
             UploadState::Open,
             UploadState::Promoting,
             UploadState::Promoted,
+            UploadState::Published,
             UploadState::Failed,
             UploadState::Aborted,
             UploadState::Expired,

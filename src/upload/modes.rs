@@ -29,6 +29,7 @@ use iceberg::table::Table;
 use super::Staging;
 use super::enforce::ident;
 use crate::catalog::replace::{Live, Plan, Replaced, Version, overwrite_once, records};
+use crate::catalog::snapshot::summary_property;
 use crate::catalog::writer::write_rows;
 use crate::cluster::RecipeTable;
 use crate::error::{Error, Result};
@@ -40,15 +41,7 @@ pub(crate) const SNAPSHOT_MODE: &str = "icestage.promote-mode";
 
 /// The mode the promotion that committed `snapshot_id` of `target` ran in.
 pub(crate) fn landed_mode(target: &Table, snapshot_id: i64) -> String {
-    target
-        .metadata()
-        .snapshot_by_id(snapshot_id)
-        .and_then(|s| {
-            s.summary()
-                .additional_properties
-                .get(SNAPSHOT_MODE)
-                .cloned()
-        })
+    summary_property(target, snapshot_id, SNAPSHOT_MODE)
         .unwrap_or_else(|| PromoteMode::Append.name().to_string())
 }
 

@@ -77,6 +77,10 @@ result_row! {
         /// Target rows removed without a replacement (the old rows of the
         /// partitions `replace_partitions` replaced).
         pub rows_deleted: i64,
+        /// The branch of the target the rows landed on: `main`, or the
+        /// audit branch `to_branch` named (`PUBLISH UPLOAD` moves them to
+        /// `main`).
+        pub branch: String,
     }
 }
 
@@ -97,6 +101,9 @@ pub struct PromoteOptions {
     /// Tag the snapshot that holds the rows `upload-<id>` in the target, so
     /// any engine can read what this upload added.
     pub tag: bool,
+    /// Land the rows on this audit branch of the target (created if
+    /// missing) instead of `main`; `PUBLISH UPLOAD` publishes them.
+    pub to_branch: Option<String>,
 }
 
 impl Default for PromoteOptions {
@@ -108,40 +115,67 @@ impl Default for PromoteOptions {
             cluster: None,
             mode: PromoteMode::Append,
             tag: false,
+            to_branch: None,
         }
     }
 }
 
-/// `PROMOTE UPLOAD` with the session's claim lease.
+impl PromoteOptions {
+    /// The branch the rows land on.
+    fn branch(&self) -> &str {
+        self.to_branch
+            .as_deref()
+            .unwrap_or(iceberg::spec::MAIN_BRANCH)
+    }
+}
+
+/// `PROMOTE UPLOAD` with `options` as its `WITH` gave them, and the
+/// session's claim lease and cluster.
 pub(crate) async fn promote_upload(
     ctx: &CommandContext,
     id: &UploadId,
-    dry_run: bool,
-    verify: Verify,
-    (mode, tag): (PromoteMode, bool),
+    options: &PromoteOptions,
 ) -> Result<Promotion> {
     let options = PromoteOptions {
-        dry_run,
-        verify,
         lease: ctx.options.promotion_lease.duration(),
         cluster: crate::cluster::of_options(&ctx.options)?,
-        mode,
-        tag,
+        ..options.clone()
     };
     promote(&ctx.icestage, id, options).await
 }
 
-/// Whether `mode` can promote upload `id` into its target (see
-/// [`check`]); an upload that is gone is left to the promotion to answer.
+/// Whether `options` (their mode and branch) can promote upload `id` into
+/// its target (see [`check_landing`]); an upload that is gone is left to
+/// the promotion to answer.
 pub(crate) async fn check_mode(
     icestage: &Icestage,
     id: &UploadId,
-    mode: &PromoteMode,
+    options: &PromoteOptions,
 ) -> Result<()> {
     let Some(staging) = find_staging(icestage, id).await? else {
         return Ok(());
     };
-    check(mode, &load_target(&staging).await?).map(|_| ())
+    check_landing(options, &load_target(&staging).await?).map(|_| ())
+}
+
+/// Whether the mode and the branch of `options` can promote into `target`
+/// (see [`check`]), and the key an upsert matches by. A promotion to an
+/// audit branch appends: what it adds is re-applied on `main` as it is then.
+fn check_landing(options: &PromoteOptions, target: &Table) -> Result<Option<Vec<String>>> {
+    let key = check(&options.mode, target)?;
+    if let Some(branch) = &options.to_branch {
+        if options.mode != PromoteMode::Append {
+            return Err(Error::invalid(format!(
+                "to_branch = '{branch}' lands the upload's rows as an append, to be published \
+                 with PUBLISH UPLOAD; mode = '{}' does not combine with it: drop to_branch, or \
+                 promote with mode = 'append'",
+                options.mode.name()
+            )));
+        }
+        crate::catalog::branch::check_branch(target, branch)?;
+        crate::catalog::replace::check_format(target, "a promotion to a branch")?;
+    }
+    Ok(key)
 }
 
 /// Where one attempt stands.
@@ -171,7 +205,7 @@ pub(crate) async fn promote(
             // working (and dropped the staging table under it): that is success.
             Err(error) if !options.dry_run => {
                 return match log::find(icestage, log::UPLOADS, id.as_str()).await {
-                    Ok(Some(record)) => match already_promoted(id, &record) {
+                    Ok(Some(record)) => match already_promoted(icestage, id, &record).await {
                         Some(promotion) => Ok(promotion),
                         // An abort or expiry ended the session under this
                         // promotion (and removed its table): say so.
@@ -195,7 +229,11 @@ async fn promote_once(
 ) -> Result<Attempt> {
     let Some(mut staging) = find_staging(icestage, id).await? else {
         let record = log::find(icestage, log::UPLOADS, id.as_str()).await?;
-        return match record.as_ref().and_then(|r| already_promoted(id, r)) {
+        let promoted = match &record {
+            Some(record) => already_promoted(icestage, id, record).await,
+            None => None,
+        };
+        return match promoted {
             Some(promotion) => Ok(Attempt::Done(promotion)),
             None => Err(closed_or_unknown(id, record)),
         };
@@ -230,6 +268,7 @@ async fn promote_once(
             rows_inserted: 0,
             rows_updated: 0,
             rows_deleted: 0,
+            branch: landed_branch(&target, snapshot_id),
         }));
     }
     if matches!(staging.state, UploadState::Aborted | UploadState::Expired) {
@@ -275,8 +314,9 @@ async fn promote_once(
             .await;
         return Err(error);
     }
-    // A mode the target cannot take is refused before anything is claimed.
-    let key = check(&options.mode, &target)?;
+    // A mode or branch the target cannot take is refused before anything
+    // is claimed.
+    let key = check_landing(options, &target)?;
     if options.dry_run {
         return dry_run_validation(&mut staging, &target, options, key.as_deref())
             .await
@@ -391,6 +431,7 @@ async fn promote_claimed(
             rows_inserted: 0,
             rows_updated: 0,
             rows_deleted: 0,
+            branch: options.branch().to_string(),
         });
     }
     let data_files = match path {
@@ -413,8 +454,23 @@ async fn promote_claimed(
     };
     let files = data_files.len() as i64;
     let forged = staging.evidence().forged_in(target);
-    let (snapshot_id, committed_here, changes) = match &options.mode {
-        PromoteMode::Append => {
+    let (snapshot_id, committed_here, changes) = match (&options.mode, &options.to_branch) {
+        (PromoteMode::Append, Some(branch)) => {
+            let (snapshot_id, committed_here) = crate::catalog::branch::append_to_branch_once(
+                &staging.catalog,
+                target,
+                &staging.evidence(),
+                branch,
+                &data_files,
+            )
+            .await?;
+            let changes = Changes {
+                inserted: rows,
+                ..Changes::default()
+            };
+            (snapshot_id, committed_here, changes)
+        }
+        (PromoteMode::Append, None) => {
             let (snapshot_id, committed_here) =
                 append_once(&staging.catalog, target, data_files, staging.evidence()).await?;
             let changes = Changes {
@@ -423,7 +479,7 @@ async fn promote_claimed(
             };
             (snapshot_id, committed_here, changes)
         }
-        mode => super::modes::commit(staging, target, mode, key, data_files).await?,
+        (mode, _) => super::modes::commit(staging, target, mode, key, data_files).await?,
     };
     failpoint("promote.after-commit");
     if options.tag {
@@ -458,8 +514,14 @@ async fn promote_claimed(
                 changes.deleted
             ),
         };
+        let branch = match &options.to_branch {
+            Some(branch) => {
+                format!(" on branch '{branch}' (PUBLISH UPLOAD '{id}' publishes them on main)")
+            }
+            None => String::new(),
+        };
         format!(
-            "committed {rows} row(s) in {files} file(s) to {} in snapshot {snapshot_id} \
+            "committed {rows} row(s) in {files} file(s) to {}{branch} in snapshot {snapshot_id} \
              {how}{mode}",
             staging.target
         )
@@ -498,6 +560,7 @@ async fn promote_claimed(
         rows_inserted: if committed_here { changes.inserted } else { 0 },
         rows_updated: if committed_here { changes.updated } else { 0 },
         rows_deleted: if committed_here { changes.deleted } else { 0 },
+        branch: options.branch().to_string(),
     })
 }
 
@@ -572,6 +635,7 @@ async fn dry_run_validation(
         rows_inserted: changes.inserted,
         rows_updated: changes.updated,
         rows_deleted: changes.deleted,
+        branch: options.branch().to_string(),
     })
 }
 
@@ -589,10 +653,24 @@ fn already_message(target: &str, snapshot_id: i64) -> String {
 }
 
 /// The promotion an upload's log record tells of, if it was promoted.
-fn already_promoted(id: &UploadId, record: &UploadRecord) -> Option<Promotion> {
-    if record.state != UploadState::Promoted {
+async fn already_promoted(
+    icestage: &Icestage,
+    id: &UploadId,
+    record: &UploadRecord,
+) -> Option<Promotion> {
+    if !matches!(record.state, UploadState::Promoted | UploadState::Published) {
         return None;
     }
+    // The branch the rows are on, as the target says (main when it cannot).
+    let target = async {
+        let catalog = icestage.catalog(&record.catalog).ok()?;
+        let ident = iceberg::TableIdent::from_strs(record.target.split('.')).ok()?;
+        catalog.catalog().load_table(&ident).await.ok()
+    };
+    let branch = match (record.snapshot_id, target.await) {
+        (Some(snapshot_id), Some(target)) => landed_branch(&target, snapshot_id),
+        _ => iceberg::spec::MAIN_BRANCH.to_string(),
+    };
     let message = match record.snapshot_id {
         Some(snapshot_id) => already_message(&record.target, snapshot_id),
         None => "already promoted (the upload was empty); nothing changed".to_string(),
@@ -611,7 +689,19 @@ fn already_promoted(id: &UploadId, record: &UploadRecord) -> Option<Promotion> {
         rows_inserted: 0,
         rows_updated: 0,
         rows_deleted: 0,
+        branch,
     })
+}
+
+/// The branch snapshot `snapshot_id` of `target` landed on: the audit
+/// branch its summary names, else `main`.
+fn landed_branch(target: &Table, snapshot_id: i64) -> String {
+    crate::catalog::snapshot::summary_property(
+        target,
+        snapshot_id,
+        crate::catalog::branch::SNAPSHOT_BRANCH,
+    )
+    .unwrap_or_else(|| iceberg::spec::MAIN_BRANCH.to_string())
 }
 
 /// The error for an id with no staging table, from its log record:

@@ -167,9 +167,14 @@ pub(crate) async fn upload_findings(
         Some(staging) => findings::read(&staging.catalog, id)
             .await?
             .unwrap_or_default(),
-        // Findings go away with the staging table; a finished upload has none.
-        None if status_of(&ctx.icestage, id).await?.is_some() => vec![],
-        None => return Err(Error::UnknownUpload(id.to_string())),
+        // Findings go away with the staging table; a finished upload has
+        // none, unless a publication of its rows was refused since.
+        None => match status_of(&ctx.icestage, id).await? {
+            Some(record) => findings::read(ctx.icestage.catalog(&record.catalog)?, id)
+                .await?
+                .unwrap_or_default(),
+            None => return Err(Error::UnknownUpload(id.to_string())),
+        },
     };
     Ok(found
         .into_iter()

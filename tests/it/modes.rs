@@ -382,3 +382,214 @@ async fn partition_replacements_racing_appends_and_each_other_land_once() {
         (TRIALS * (TRIALS + 1) / 2).to_string()
     );
 }
+
+/// `PUBLISH UPLOAD`'s answer: `how`, then the message.
+async fn publish(ctx: &SessionContext, id: &str) -> (String, String) {
+    let published = run(ctx, &format!("PUBLISH UPLOAD '{id}'")).await.unwrap();
+    assert_eq!(value(&published, "state"), "published");
+    (value(&published, "how"), value(&published, "message"))
+}
+
+/// Write-audit-publish: a promotion `WITH (to_branch = ...)` lands on an
+/// audit branch that engines read by name while `main` is unchanged;
+/// `PUBLISH UPLOAD` re-applies it on a `main` that moved meanwhile (or
+/// fast-forwards one that did not), checks the rules again against `main`
+/// and refuses what `main` gained since, and answers once published; a
+/// snapshot expiry keeps what is still to publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_promotion_is_published_once_and_checked_again() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    setup(
+        &ctx,
+        &[
+            "CREATE SCHEMA s",
+            "CREATE TABLE s.a (id BIGINT NOT NULL, v VARCHAR)",
+            "ALTER TABLE s.a ADD CONSTRAINT pk UNIQUE (id)",
+            "INSERT INTO s.a VALUES (1, 'main')",
+        ],
+    )
+    .await;
+
+    let a = upload_of(&ctx, "s.a", "(2, 'a'), (3, 'a')").await;
+    let promote = format!("PROMOTE UPLOAD '{a}' WITH (to_branch = 'audit')");
+    let promoted = run(&ctx, &promote).await.unwrap();
+    assert_eq!(value(&promoted, "branch"), "audit");
+    assert!(
+        value(&promoted, "message").contains("on branch 'audit'"),
+        "{}",
+        value(&promoted, "message")
+    );
+    assert_eq!(
+        rows_of(&ctx, "s.a", "v").await,
+        "1:main",
+        "main is unchanged"
+    );
+    let branch: serde_json::Value = serde_json::from_str(&python_script(
+        "pyiceberg_client.py",
+        &["tagged", &warehouse.connection(), "s.a", "audit"],
+    ))
+    .unwrap();
+    assert_eq!(branch["rows"], 3, "PyIceberg reads the branch by name");
+    assert_eq!(
+        branch["snapshot_id"].to_string(),
+        value(&promoted, "snapshot_id")
+    );
+    let again = run(&ctx, &promote).await.unwrap();
+    assert!(value(&again, "message").contains("already promoted"));
+    assert_eq!(value(&again, "branch"), "audit");
+
+    // Another promotion reaches main, and a second upload joins the branch
+    // with a key main gains meanwhile.
+    let b = upload_of(&ctx, "s.a", "(4, 'b')").await;
+    run(&ctx, &format!("PROMOTE UPLOAD '{b}'")).await.unwrap();
+    let c = upload_of(&ctx, "s.a", "(5, 'c')").await;
+    run(
+        &ctx,
+        &format!("PROMOTE UPLOAD '{c}' WITH (to_branch = 'audit')"),
+    )
+    .await
+    .unwrap();
+    let d = upload_of(&ctx, "s.a", "(5, 'd')").await;
+    run(&ctx, &format!("PROMOTE UPLOAD '{d}'")).await.unwrap();
+
+    // An expiry keeps the snapshots still to publish.
+    run(
+        &ctx,
+        "EXPIRE SNAPSHOTS s.a WITH (older_than = '1ms', retain_last = 1)",
+    )
+    .await
+    .unwrap();
+
+    let (how, message) = publish(&ctx, &a).await;
+    assert_eq!(how, "reapplied", "{message}");
+    assert_eq!(
+        rows_of(&ctx, "s.a", "v").await,
+        "1:main 2:a 3:a 4:b 5:d",
+        "main's rows stay, the branch's are added once"
+    );
+    let (how, message) = publish(&ctx, &a).await;
+    assert_eq!(how, "none");
+    assert!(message.starts_with("already published"), "{message}");
+    assert_eq!(
+        scalar(&ctx, &format!("SELECT state FROM upload_status('{a}')")).await,
+        "published"
+    );
+    let late = run(&ctx, &promote).await.unwrap();
+    assert!(value(&late, "message").contains("already promoted"));
+
+    // Checked again against main as it is now: key 5 reached main since.
+    let refused = refusal(&ctx, &format!("PUBLISH UPLOAD '{c}'")).await;
+    assert!(
+        refused.contains("rule 'pk' UNIQUE (id)") && refused.contains("main is unchanged"),
+        "{refused}"
+    );
+    assert_eq!(rows_of(&ctx, "s.a", "v").await, "1:main 2:a 3:a 4:b 5:d");
+    assert!(
+        scalar(
+            &ctx,
+            &format!("SELECT message FROM upload_findings('{c}') LIMIT 1")
+        )
+        .await
+        .contains("already in the target")
+    );
+
+    // main has not moved since this branch promotion: a fast-forward.
+    let e = upload_of(&ctx, "s.a", "(6, 'e')").await;
+    let on_branch = run(
+        &ctx,
+        &format!("PROMOTE UPLOAD '{e}' WITH (to_branch = 'review')"),
+    )
+    .await
+    .unwrap();
+    let (how, message) = publish(&ctx, &e).await;
+    assert_eq!(how, "fast_forward", "{message}");
+    assert_eq!(
+        scalar(
+            &ctx,
+            "SELECT snapshot_id FROM s.a$snapshots ORDER BY committed_at DESC LIMIT 1"
+        )
+        .await,
+        value(&on_branch, "snapshot_id")
+    );
+    let duckdb: serde_json::Value = serde_json::from_str(&python_script(
+        "duckdb_scan.py",
+        &[&warehouse.connection(), "s", "a", "id"],
+    ))
+    .unwrap();
+    assert_eq!(
+        (duckdb["rows"].as_i64(), duckdb["sum"].as_i64()),
+        (Some(6), Some(21)),
+        "DuckDB reads main as icestage does"
+    );
+
+    // What is refused, by name.
+    let f = upload_of(&ctx, "s.a", "(7, 'f')").await;
+    for (options, expected) in [
+        ("to_branch = 'main'", "names s.a's main branch"),
+        ("to_branch = 'no spaces'", "is not a branch name"),
+        (
+            "to_branch = 'audit', mode = 'upsert'",
+            "does not combine with it",
+        ),
+    ] {
+        let refused = refusal(&ctx, &format!("PROMOTE UPLOAD '{f}' WITH ({options})")).await;
+        assert!(refused.contains(expected), "{options}: {refused}");
+    }
+    let refused = refusal(&ctx, &format!("PUBLISH UPLOAD '{f}'")).await;
+    assert!(refused.contains("promote it first"), "{refused}");
+}
+
+/// Publications racing each other and promotions that reach `main`,
+/// `PUBLISH_TRIALS` times: of two PUBLISH of one upload, one publishes
+/// and the other answers `already published`, and every row lands on
+/// `main` exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publications_racing_promotions_to_main_land_once() {
+    const PUBLISH_TRIALS: i64 = 50;
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    let (other, third) = (warehouse.session().await, warehouse.session().await);
+    setup(
+        &ctx,
+        &[
+            "CREATE SCHEMA s",
+            "CREATE TABLE s.r (id BIGINT NOT NULL, v BIGINT NOT NULL)",
+            "ALTER TABLE s.r ADD CONSTRAINT pk UNIQUE (id)",
+        ],
+    )
+    .await;
+    for trial in 0..PUBLISH_TRIALS {
+        let audited = upload_of(&ctx, "s.r", &format!("({trial}, 1)")).await;
+        run(
+            &ctx,
+            &format!("PROMOTE UPLOAD '{audited}' WITH (to_branch = 'audit')"),
+        )
+        .await
+        .unwrap();
+        let direct = upload_of(&third, "s.r", &format!("({}, 2)", 1000 + trial)).await;
+        let publish = format!("PUBLISH UPLOAD '{audited}'");
+        let promote = format!("PROMOTE UPLOAD '{direct}'");
+        let (first, second, promoted) = tokio::join!(
+            run(&ctx, &publish),
+            run(&other, &publish),
+            run(&third, &promote)
+        );
+        promoted.unwrap();
+        let hows = [first.unwrap(), second.unwrap()].map(|b| value(&b, "how"));
+        let published = hows.iter().filter(|h| *h != "none").count();
+        assert_eq!(published, 1, "trial {trial}: {hows:?}");
+    }
+    assert_eq!(
+        scalar(&ctx, "SELECT count(*) FROM s.r").await,
+        (2 * PUBLISH_TRIALS).to_string()
+    );
+    assert_eq!(
+        scalar(&ctx, "SELECT count(DISTINCT id) FROM s.r").await,
+        (2 * PUBLISH_TRIALS).to_string()
+    );
+    assert_eq!(
+        scalar(&ctx, "SELECT sum(v) FROM s.r").await,
+        (3 * PUBLISH_TRIALS).to_string()
+    );
+}

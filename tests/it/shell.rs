@@ -64,8 +64,8 @@ fn the_upload_flow_example_prints_the_promoted_rows() {
 upload <id> stages into staging.upload_<id>
 count
 3
-upload_id,state,rows,files,snapshot_id,path,findings,message,ran_on,mode,rows_inserted,rows_updated,rows_deleted
-<id>,promoted,3,2,<snapshot>,zero_copy,0,committed 3 row(s) in 2 file(s) to payments.transactions in snapshot <snapshot> without rewriting data,local,append,3,0,0
+upload_id,state,rows,files,snapshot_id,path,findings,message,ran_on,mode,rows_inserted,rows_updated,rows_deleted,branch
+<id>,promoted,3,2,<snapshot>,zero_copy,0,committed 3 row(s) in 2 file(s) to payments.transactions in snapshot <snapshot> without rewriting data,local,append,3,0,0,main
 transaction_id,account_id,amount_cents,currency,created_at
 txn_001,acct_123,1299,usd,2026-07-01T12:00:00Z
 txn_002,acct_456,4200,usd,2026-07-01T12:05:00Z

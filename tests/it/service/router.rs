@@ -766,4 +766,39 @@ async fn complete_takes_a_promotion_mode() {
         .await,
         "t1:150 t2:200 t3:300"
     );
+
+    // An audit branch: promoted there in the background, published on
+    // main by one call that answers the publication.
+    let third = upload_with("('t4', 'a4', 400, 'usd', TIMESTAMP '2026-07-01 00:00:00Z')").await;
+    let complete = format!("/uploads/{third}/complete");
+    let (status, refused) = call(
+        &app,
+        "POST",
+        &complete,
+        Some(TOKEN),
+        Some(r#"{"to_branch": "main"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let (status, accepted) = call(
+        &app,
+        "POST",
+        &complete,
+        Some(TOKEN),
+        Some(r#"{"to_branch": "audit"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let done = poll_until(&app, &format!("/uploads/{third}"), &["promoted", "failed"]).await;
+    assert_eq!(text(&done, "state"), "promoted", "{done}");
+    let total = "SELECT count(*) FROM payments.transactions";
+    assert_eq!(scalar(&client, total).await, "3", "main is unchanged");
+    let publish = format!("/uploads/{third}/publish");
+    let (status, published) = call(&app, "POST", &publish, Some(TOKEN), None).await;
+    assert_eq!(status, StatusCode::OK, "{published}");
+    assert_eq!(text(&published, "state"), "published", "{published}");
+    assert_eq!(text(&published, "how"), "fast_forward", "{published}");
+    assert_eq!(scalar(&client, total).await, "4");
+    let (_, status) = call_as_acme(&app, "GET", &format!("/uploads/{third}")).await;
+    assert_eq!(text(&status, "state"), "published", "{status}");
 }
