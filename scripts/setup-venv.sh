@@ -10,4 +10,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "==> installing tests/python/requirements.txt into .venv" >&2
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
-.venv/bin/python -c "import pyiceberg, pyiceberg_core, moto, duckdb, psycopg; print('    pyiceberg', pyiceberg.__version__, '| moto', moto.__version__, '| duckdb', duckdb.__version__)" >&2
+.venv/bin/python -c "import pyiceberg, pyiceberg_core, moto, duckdb, psycopg, s3fs; print('    pyiceberg', pyiceberg.__version__, '| moto', moto.__version__, '| duckdb', duckdb.__version__)" >&2

@@ -117,6 +117,13 @@ pub struct ServiceSettings {
     /// request lines).
     #[serde(default = "default_log_format")]
     pub log_format: String,
+    /// Sessions never get storage keys: the REST catalog signs each of
+    /// their storage requests (Iceberg's remote signing), and the
+    /// connections handed out ask for it. Off by default: a client asks for
+    /// remote signing with `X-Iceberg-Access-Delegation: remote-signing`,
+    /// else it gets vended keys.
+    #[serde(default)]
+    pub require_remote_signing: bool,
     /// Who may call, and what.
     #[serde(default)]
     pub tokens: Vec<TokenSettings>,

@@ -233,6 +233,10 @@ pub(crate) async fn upload_credentials(
     Path(id): Path<String>,
 ) -> ApiResult {
     let status = owned_upload(&state, &caller, &id).await?;
+    if state.remote_signing_required() {
+        let token = state.ops().upload_access_token(&status.upload_id).await?;
+        return signed_access_body(&state, status.upload_id.as_str(), &token);
+    }
     let vended = state
         .ops()
         .vend_credentials(status.upload_id.as_str(), Some(AccessMode::Write), None)
@@ -464,6 +468,13 @@ pub(crate) async fn download_credentials(
     Path(id): Path<String>,
 ) -> ApiResult {
     let status = owned_download(&state, &caller, &id).await?;
+    if state.remote_signing_required() {
+        let token = state
+            .ops()
+            .download_access_token(&status.download_id)
+            .await?;
+        return signed_access_body(&state, status.download_id.as_str(), &token);
+    }
     let vended = state
         .ops()
         .vend_credentials(status.download_id.as_str(), Some(AccessMode::Read), None)
@@ -473,6 +484,20 @@ pub(crate) async fn download_credentials(
         .download_access_token(&status.download_id)
         .await?;
     credentials_body(&state, vended, &token)
+}
+
+/// Where the service signs every storage request (`require_remote_signing`):
+/// no key, the connection alone (it asks for remote signing).
+fn signed_access_body(state: &AppState, id: &str, token: &str) -> ApiResult {
+    Ok((
+        StatusCode::OK,
+        Json(json!({
+            "id": id,
+            "remote_signing": true,
+            "connection": state.rest_connection(token),
+        })),
+    )
+        .into_response())
 }
 
 /// Credentials as the API answers them: the connection is this service's

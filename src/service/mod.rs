@@ -68,6 +68,14 @@ struct Inner {
     /// a second promotion here (another replica's is still safe: exactly
     /// once holds in the catalog).
     promoting: Mutex<HashSet<String>>,
+    /// The credentials each catalog's storage requests are signed with, by
+    /// catalog, once resolved.
+    signing: Mutex<
+        std::collections::HashMap<
+            String,
+            aws_credential_types::provider::SharedCredentialsProvider,
+        >,
+    >,
 }
 
 impl AppState {
@@ -146,6 +154,7 @@ impl AppState {
 
             public_url: std::sync::OnceLock::new(),
             promoting: Mutex::default(),
+            signing: Mutex::default(),
         })))
     }
 
@@ -161,11 +170,70 @@ impl AppState {
                 .clone()
                 .unwrap_or_else(|| format!("http://{}", self.0.config.service.listen))
         });
-        json!({
+        let mut connection = json!({
             "name": "icestage",
             "type": "rest",
             "uri": format!("{}/iceberg", base.trim_end_matches('/')),
             "token": token,
+        });
+        if self.0.config.service.require_remote_signing {
+            // The client asks for signing, as the service will answer.
+            connection[rest::ACCESS_DELEGATION_PROPERTY] = json!(rest::REMOTE_SIGNING);
+        }
+        connection
+    }
+
+    /// Whether sessions get their storage requests signed, never keys.
+    pub(crate) fn remote_signing_required(&self) -> bool {
+        self.0.config.service.require_remote_signing
+    }
+
+    /// The credentials storage requests to `catalog` are signed with: the
+    /// catalog's own (its configured keys, or the default chain), resolved
+    /// once per catalog and refreshed by their provider.
+    pub(crate) async fn signing_credentials(
+        &self,
+        catalog: &crate::catalog::IcebergCatalog,
+    ) -> Result<aws_credential_types::Credentials> {
+        use aws_credential_types::provider::ProvideCredentials;
+
+        let cached = self
+            .0
+            .signing
+            .lock()
+            .expect("signing")
+            .get(catalog.name())
+            .cloned();
+        let provider = match cached {
+            Some(provider) => provider,
+            None => {
+                let provider = catalog
+                    .aws()
+                    .sdk_config(None)
+                    .await
+                    .credentials_provider()
+                    .ok_or_else(|| {
+                        Error::Config(format!(
+                            "catalog '{}' has no AWS credentials to sign storage requests with: \
+                             set access_key_id and secret_access_key, or give the service an \
+                             identity (the default chain)",
+                            catalog.name()
+                        ))
+                    })?;
+                self.0
+                    .signing
+                    .lock()
+                    .expect("signing")
+                    .insert(catalog.name().to_string(), provider.clone());
+                provider
+            }
+        };
+        provider.provide_credentials().await.map_err(|e| {
+            Error::Config(format!(
+                "the credentials catalog '{}' signs storage requests with are not available: {}",
+                catalog.name(),
+                aws_sdk_sts::error::DisplayErrorContext(&e)
+            ))
         })
     }
 

@@ -40,8 +40,10 @@ use super::AppState;
 use super::catalog_view::{self, CatalogView};
 use crate::catalog::append::{Refusal, apply_append, check_append};
 use crate::credentials::AccessMode;
+use crate::credentials::sign::{Scope, SignRequest, Store, check, sign_request};
 use crate::credentials::vend::{DEFAULT_DURATION, Grant, check_usable, download_grant};
 use crate::download::{DownloadId, DownloadState, find_download};
+use crate::session::log;
 use crate::session::token::{self, PROP_ACCESS_TOKEN, TokenKind};
 use crate::upload::{Staging, UploadId, UploadState, find_staging};
 
@@ -58,6 +60,16 @@ const ENDPOINTS: &[&str] = &[
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
     "POST /v1/{prefix}/transactions/commit",
 ];
+
+/// The header an Iceberg client asks for storage access with, and the
+/// catalog property (PyIceberg's `header.` prefix) that makes it send one.
+const ACCESS_DELEGATION: &str = "x-iceberg-access-delegation";
+pub(crate) const ACCESS_DELEGATION_PROPERTY: &str = "header.X-Iceberg-Access-Delegation";
+/// The access delegation mode where the catalog signs each storage request.
+pub(crate) const REMOTE_SIGNING: &str = "remote-signing";
+/// Where the signer answers, relative to the catalog's URI (the protocol's
+/// default, which PyIceberg also assumes).
+const SIGNER_ENDPOINT: &str = "v1/aws/s3/sign";
 
 /// The catalog a request's path names (`/iceberg/v1/{prefix}/...`), put
 /// on the request by [`prefixed`].
@@ -201,6 +213,7 @@ fn unprefixed() -> Router<AppState> {
         )
         .route("/iceberg/v1/views/rename", post(rename_view))
         .route("/iceberg/v1/transactions/commit", post(commit_transaction))
+        .route("/iceberg/v1/aws/s3/sign", post(sign_storage_request))
 }
 
 pub(crate) use super::rest_error::RestError;
@@ -948,6 +961,54 @@ async fn storage(access: &Access) -> std::result::Result<HashMap<String, String>
     Ok(storage)
 }
 
+/// Whether a session's storage requests are signed rather than given
+/// keys: the service requires it, or the client asked for remote signing
+/// alone (a client that also accepts vended credentials gets those).
+fn signing(state: &AppState, asked: &Presented) -> bool {
+    let modes: Vec<String> = asked
+        .headers
+        .get_all(ACCESS_DELEGATION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|m| m.trim().to_ascii_lowercase())
+        .collect();
+    state.remote_signing_required()
+        || (modes.iter().any(|m| m == REMOTE_SIGNING)
+            && !modes.iter().any(|m| m == "vended-credentials"))
+}
+
+/// A session's storage configuration under remote signing: where the
+/// signer is, how to reach the store, and no key.
+fn signing_config(state: &AppState, access: &Access) -> HashMap<String, String> {
+    let aws = access.grant.catalog.aws();
+    let connection = state.rest_connection("");
+    let mut config = HashMap::from([
+        ("s3.remote-signing-enabled".to_string(), "true".to_string()),
+        // PyIceberg's name for the signer it loads, and the file IO that
+        // carries it (its pyarrow file IO does not sign remotely).
+        ("s3.signer".to_string(), "S3V4RestSigner".to_string()),
+        (
+            "py-io-impl".to_string(),
+            "pyiceberg.io.fsspec.FsspecFileIO".to_string(),
+        ),
+        (
+            "s3.signer.uri".to_string(),
+            connection["uri"].as_str().unwrap_or_default().to_string(),
+        ),
+        (
+            "s3.signer.endpoint".to_string(),
+            SIGNER_ENDPOINT.to_string(),
+        ),
+        ("s3.region".to_string(), aws.region.clone()),
+    ]);
+    if let Some(endpoint) = &aws.s3_endpoint {
+        config.insert("s3.endpoint".to_string(), endpoint.clone());
+        config.insert("s3.path-style-access".to_string(), "true".to_string());
+    }
+    config
+}
+
 async fn load_table(
     State(state): State<AppState>,
     asked: Presented,
@@ -961,14 +1022,130 @@ async fn load_table(
         }
     };
     access.check(&namespace, Some(&table))?;
-    let config = storage(&access).await?;
+    let (config, storage_credentials) = if signing(&state, &asked) {
+        (signing_config(&state, &access), None)
+    } else {
+        let config = storage(&access).await?;
+        let credentials = vec![storage_credential(&access, config.clone())];
+        (config, Some(credentials))
+    };
     Ok(TableJson(LoadTableResult {
         metadata_location: access.grant.table.metadata_location().map(str::to_string),
         metadata: access.grant.table.metadata().clone(),
-        storage_credentials: Some(vec![storage_credential(&access, config.clone())]),
+        storage_credentials,
         config,
     })
     .into_response())
+}
+
+/// 403 for the token of a session that has ended (promoted, aborted,
+/// expired), from the session log; `None` for any other token.
+async fn ended_session(state: &AppState, asked: &Presented) -> Option<RestError> {
+    let (kind, id, _) = token::parse(super::bearer_token(&asked.headers)?)?;
+    let icestage = &state.0.icestage;
+    let ended = match kind {
+        TokenKind::Upload => log::find::<UploadState>(icestage, log::UPLOADS, id)
+            .await
+            .ok()??
+            .state
+            .to_string(),
+        TokenKind::Download => log::find::<DownloadState>(icestage, log::DOWNLOADS, id)
+            .await
+            .ok()??
+            .state
+            .to_string(),
+    };
+    Some(RestError::new(
+        StatusCode::FORBIDDEN,
+        "ForbiddenException",
+        format!("session {id} is {ended}: its storage requests are no longer signed"),
+    ))
+}
+
+/// `POST /v1/aws/s3/sign`: signs one storage request of a session with the
+/// service's credentials, if the session may make it now
+/// ([`crate::credentials::sign`]); 403 naming the request otherwise, and
+/// for any request once the session has ended.
+async fn sign_storage_request(
+    State(state): State<AppState>,
+    asked: Presented,
+    body: std::result::Result<Json<SignRequest>, JsonRejection>,
+) -> RestResult {
+    let access = match bearer(&state, &asked).await {
+        Ok(Bearer::Session(access)) => access,
+        // A session that ended removed its table, and the token with it:
+        // say that it ended, as its log records.
+        Err(error) if error.status == StatusCode::UNAUTHORIZED => {
+            return Err(ended_session(&state, &asked).await.unwrap_or(error));
+        }
+        Err(error) => return Err(error),
+        Ok(Bearer::Catalog(_)) => {
+            return Err(RestError::new(
+                StatusCode::FORBIDDEN,
+                "ForbiddenException",
+                "storage requests are signed for sessions (an upload's or a download's token); \
+                 a catalog token's clients use their own storage credentials",
+            ));
+        }
+    };
+    let request = request(body)?;
+    let refused = |why: String| {
+        crate::metrics::count(
+            "icestage_storage_signatures_total",
+            "Storage requests the REST catalog was asked to sign, by outcome.",
+            &[("outcome", "refused")],
+            1.0,
+        );
+        RestError::new(StatusCode::FORBIDDEN, "ForbiddenException", why)
+    };
+    // Writes while the upload is open; a download's reads while it is
+    // ready (its token is refused otherwise); nothing for an upload that
+    // is no longer open.
+    let write = match &access.upload {
+        Some(staging) if staging.state == UploadState::Open => true,
+        Some(staging) => {
+            return Err(refused(format!(
+                "upload {} is {}: its storage requests are no longer signed",
+                staging.id, staging.state
+            )));
+        }
+        None => false,
+    };
+    let aws = access.grant.catalog.aws();
+    let scope = Scope {
+        location: &access.grant.location,
+        write,
+    };
+    let store = Store {
+        endpoint: aws.s3_endpoint.as_deref(),
+        region: &aws.region,
+    };
+    let allowed = check(&scope, &store, &request).map_err(refused)?;
+    let credentials = state
+        .signing_credentials(&access.grant.catalog)
+        .await
+        .map_err(RestError::from)?;
+    let signed = sign_request(
+        &request,
+        &allowed,
+        &credentials,
+        &aws.region,
+        std::time::SystemTime::now(),
+    )
+    .map_err(|e| {
+        RestError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            format!("the request cannot be signed: {e}"),
+        )
+    })?;
+    crate::metrics::count(
+        "icestage_storage_signatures_total",
+        "Storage requests the REST catalog was asked to sign, by outcome.",
+        &[("outcome", "signed")],
+        1.0,
+    );
+    Ok(Json(signed).into_response())
 }
 
 async fn table_exists(
@@ -996,6 +1173,10 @@ async fn credentials(
         }
     };
     access.check(&namespace, Some(&table))?;
+    if signing(&state, &asked) {
+        // Signed request by request: no key to hand out.
+        return Ok(Json(json!({"storage-credentials": []})).into_response());
+    }
     let config = storage(&access).await?;
     Ok(Json(json!({"storage-credentials": [storage_credential(&access, config)]})).into_response())
 }

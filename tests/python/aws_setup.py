@@ -4,11 +4,16 @@
     aws_setup.py create-table-bucket ENDPOINT NAME    (prints its ARN)
     aws_setup.py put-object ENDPOINT BUCKET KEY TEXT
     aws_setup.py count-objects ENDPOINT BUCKET PREFIX (prints how many)
+    aws_setup.py signing-identity ENDPOINT BUCKET     (the bucket and an IAM user
+        allowed everything, whose keys it prints as JSON; from then on the
+        emulator checks the signature and policy of every request)
 """
 
+import json
 import sys
 
 import boto3
+import requests
 
 
 def client(service, endpoint):
@@ -36,5 +41,23 @@ if __name__ == "__main__":
         bucket, prefix = args
         pages = client("s3", endpoint).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         print(sum(len(page.get("Contents", [])) for page in pages))
+    elif command == "signing-identity":
+        client("s3", endpoint).create_bucket(Bucket=args[0])
+        iam = client("iam", endpoint)
+        iam.create_user(UserName="icestage-signer")
+        iam.put_user_policy(
+            UserName="icestage-signer",
+            PolicyName="everything",
+            PolicyDocument=json.dumps({
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+            }),
+        )
+        key = iam.create_access_key(UserName="icestage-signer")["AccessKey"]
+        requests.post(f"{endpoint}/moto-api/reset-auth", data=b"0").raise_for_status()
+        print(json.dumps({
+            "access_key_id": key["AccessKeyId"],
+            "secret_access_key": key["SecretAccessKey"],
+        }))
     else:
         sys.exit(f"unknown command {command}")

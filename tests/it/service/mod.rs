@@ -11,6 +11,7 @@ mod processes;
 mod red_team;
 mod rest_backend;
 mod router;
+mod signing;
 mod soak;
 mod tenants;
 mod webhooks;

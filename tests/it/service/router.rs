@@ -802,3 +802,54 @@ async fn complete_takes_a_promotion_mode() {
     let (_, status) = call_as_acme(&app, "GET", &format!("/uploads/{third}")).await;
     assert_eq!(text(&status, "state"), "published", "{status}");
 }
+
+/// Without `require_remote_signing`, a client that asks for remote signing
+/// alone gets the signer's configuration and no storage credentials; one
+/// that also accepts vended credentials gets those, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_asking_for_remote_signing_gets_the_signer() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let app = app(&config(&warehouse, "")).await;
+    let (_, upload) = call(
+        &app,
+        "POST",
+        "/uploads",
+        Some(TOKEN),
+        Some(r#"{"table": "payments.transactions"}"#),
+    )
+    .await;
+    let token = text(&upload["connection"], "token");
+    assert!(
+        upload["connection"]
+            .get("header.X-Iceberg-Access-Delegation")
+            .is_none()
+    );
+    let table = text(&upload, "staging_table").replace("staging.", "");
+    let load = |delegation: &'static str| {
+        let app = app.clone();
+        let token = token.clone();
+        let table = table.clone();
+        async move {
+            let request = Request::builder()
+                .uri(format!("/iceberg/v1/namespaces/staging/tables/{table}"))
+                .header("authorization", format!("Bearer {token}"))
+                .header("x-iceberg-access-delegation", delegation)
+                .body(Body::empty())
+                .unwrap();
+            let response = app.oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 24)
+                .await
+                .unwrap();
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        }
+    };
+    let signed = load("remote-signing").await;
+    assert_eq!(signed["config"]["s3.remote-signing-enabled"], "true");
+    assert_eq!(signed["config"]["s3.signer.endpoint"], "v1/aws/s3/sign");
+    assert!(signed.get("storage-credentials").is_none(), "{signed}");
+    let vended = load("vended-credentials,remote-signing").await;
+    assert!(vended["config"].get("s3.remote-signing-enabled").is_none());
+    assert!(vended.get("storage-credentials").is_some(), "{vended}");
+}
