@@ -258,6 +258,26 @@ async fn post_json(http: &reqwest::Client, url: String, body: Value) -> Value {
         .unwrap()
 }
 
+/// A `[[catalogs]]` entry `lake`: a SQL catalog in `dir` whose warehouse
+/// is `s3://lake/wh` on the emulator at `endpoint`, reached as `identity`
+/// says (TOML lines of `[catalogs.config]`: keys, a role to vend with).
+fn s3_catalog_toml(dir: &std::path::Path, endpoint: &str, identity: &str) -> String {
+    format!(
+        r#"
+[[catalogs]]
+name = "lake"
+type = "sql"
+[catalogs.config]
+uri = "sqlite:{dir}/catalog.db?mode=rwc"
+warehouse = "s3://lake/wh"
+region = "us-east-1"
+"s3.endpoint" = "{endpoint}"
+{identity}
+"#,
+        dir = dir.display()
+    )
+}
+
 fn write_config(warehouse: &Warehouse, extra: &str) -> std::path::PathBuf {
     let path = warehouse.path().join("service.toml");
     std::fs::write(&path, config(warehouse, extra)).unwrap();

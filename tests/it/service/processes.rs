@@ -135,21 +135,15 @@ async fn the_design_s_python_client_on_an_s3_warehouse() {
     python_script("aws_setup.py", &["create-bucket", &moto.endpoint, "lake"]);
     let warehouse = Warehouse::new();
     let path = warehouse.path().join("service.toml");
-    let config = format!(
-        r#"
-[[catalogs]]
-name = "lake"
-type = "sql"
-[catalogs.config]
-uri = "sqlite:{dir}/catalog.db?mode=rwc"
-warehouse = "s3://lake/wh"
-region = "us-east-1"
-"s3.endpoint" = "{endpoint}"
-"sts.endpoint" = "{endpoint}"
+    let identity = format!(
+        r#""sts.endpoint" = "{}"
 access_key_id = "AKIASERVICEIDENTITY"
 secret_access_key = "service-secret-never-printed"
-role_arn = "arn:aws:iam::123456789012:role/icestage-upload-client"
-
+role_arn = "arn:aws:iam::123456789012:role/icestage-upload-client""#,
+        moto.endpoint
+    );
+    let config = format!(
+        r#"{catalog}
 [service]
 listen = "127.0.0.1:0"
 [[service.tokens]]
@@ -158,8 +152,7 @@ token = "{TOKEN}"
 tables = ["payments.transactions"]
 operations = ["upload"]
 "#,
-        dir = warehouse.path().display(),
-        endpoint = moto.endpoint
+        catalog = s3_catalog_toml(warehouse.path(), &moto.endpoint, &identity),
     );
     std::fs::write(&path, &config).unwrap();
     {

@@ -68,19 +68,13 @@ async fn remote_signing_reaches_storage_without_any_key() {
     .unwrap();
     let warehouse = Warehouse::new();
     let path = warehouse.path().join("service.toml");
+    let identity = format!(
+        "access_key_id = \"{}\"\nsecret_access_key = \"{}\"",
+        text(&keys, "access_key_id"),
+        text(&keys, "secret_access_key"),
+    );
     let config = format!(
-        r#"
-[[catalogs]]
-name = "lake"
-type = "sql"
-[catalogs.config]
-uri = "sqlite:{dir}/catalog.db?mode=rwc"
-warehouse = "s3://lake/wh"
-region = "us-east-1"
-"s3.endpoint" = "{endpoint}"
-access_key_id = "{key}"
-secret_access_key = "{secret}"
-
+        r#"{catalog}
 [service]
 listen = "127.0.0.1:0"
 requests_per_minute = 100000
@@ -91,10 +85,7 @@ token = "{TOKEN}"
 tables = ["payments.transactions"]
 operations = ["upload", "download"]
 "#,
-        dir = warehouse.path().display(),
-        endpoint = moto.endpoint,
-        key = text(&keys, "access_key_id"),
-        secret = text(&keys, "secret_access_key"),
+        catalog = super::s3_catalog_toml(warehouse.path(), &moto.endpoint, &identity),
     );
     std::fs::write(&path, &config).unwrap();
     {
