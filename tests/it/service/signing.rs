@@ -79,6 +79,7 @@ async fn remote_signing_reaches_storage_without_any_key() {
 listen = "127.0.0.1:0"
 requests_per_minute = 100000
 require_remote_signing = true
+metrics_token = "sk_metrics"
 [[service.tokens]]
 name = "acme"
 token = "{TOKEN}"
@@ -225,6 +226,29 @@ operations = ["upload", "download"]
     // Promoted: the rows PyIceberg wrote through the signer are the target's,
     // and the session's storage requests are no longer signed.
     complete_promoted(&http, &api, &id, 12).await;
+    // The staged files reached the target's storage by the store's own
+    // copy (one bucket): none of their bytes passed through the service.
+    let metrics = http
+        .get(format!("{api}/metrics"))
+        .bearer_auth("sk_metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let copied = |how: &str| {
+        metrics
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(&format!(
+                    "icestage_promotion_copied_bytes_total{{how=\"{how}\"}} "
+                ))
+            })
+            .map(|n| n.parse::<f64>().unwrap())
+    };
+    assert!(copied("server_side").is_some_and(|n| n > 0.0), "{metrics}");
+    assert_eq!(copied("streamed"), None, "{metrics}");
     let (status, refused) = sign(&http, &api, &token, "GET", &existing).await;
     assert_eq!(status, 403, "{refused}");
     assert!(
