@@ -58,13 +58,20 @@ impl AwsSettings {
         }
     }
 
-    /// The properties iceberg's S3 `FileIO` takes for these settings.
-    pub(crate) fn file_io_properties(&self) -> HashMap<String, String> {
+    /// Where the store is, as iceberg's S3 `FileIO` properties: region,
+    /// endpoint and addressing, no key.
+    pub(crate) fn store_properties(&self) -> HashMap<String, String> {
         let mut props = HashMap::from([("s3.region".to_string(), self.region.clone())]);
         if let Some(endpoint) = &self.s3_endpoint {
             props.insert("s3.endpoint".to_string(), endpoint.clone());
             props.insert("s3.path-style-access".to_string(), "true".to_string());
         }
+        props
+    }
+
+    /// The properties iceberg's S3 `FileIO` takes for these settings.
+    pub(crate) fn file_io_properties(&self) -> HashMap<String, String> {
+        let mut props = self.store_properties();
         if let (Some(key), Some(secret)) = (&self.access_key_id, &self.secret_access_key) {
             props.insert("s3.access-key-id".to_string(), key.clone());
             props.insert(
@@ -97,6 +104,41 @@ impl AwsSettings {
         }
         loader.load().await
     }
+}
+
+impl AwsSettings {
+    /// The provider of these settings' credentials: the catalog's keys, or
+    /// the default chain's.
+    pub(crate) async fn credentials_provider(
+        &self,
+    ) -> Result<aws_credential_types::provider::SharedCredentialsProvider> {
+        self.sdk_config(None)
+            .await
+            .credentials_provider()
+            .ok_or_else(|| {
+                Error::Config(
+                    "no AWS credentials: set access_key_id and secret_access_key (or role_arn) \
+                     in the catalog's config"
+                        .to_string(),
+                )
+            })
+    }
+}
+
+/// The credentials `provider` gives now, for reaching `what` (named in
+/// the error when it gives none).
+pub(crate) async fn credentials_of(
+    provider: &aws_credential_types::provider::SharedCredentialsProvider,
+    what: &str,
+) -> Result<Credentials> {
+    use aws_credential_types::provider::ProvideCredentials;
+
+    provider.provide_credentials().await.map_err(|e| {
+        Error::Config(format!(
+            "no AWS credentials for {what}: {}",
+            aws_sdk_sts::error::DisplayErrorContext(&e)
+        ))
+    })
 }
 
 /// Credentials STS returned.
@@ -169,22 +211,11 @@ impl AwsSettings {
         &self,
         bucket: &str,
     ) -> Result<std::sync::Arc<dyn object_store::ObjectStore>> {
-        use aws_credential_types::provider::ProvideCredentials;
-
-        let sdk = self.sdk_config(None).await;
-        let provider = sdk.credentials_provider().ok_or_else(|| {
-            Error::Config(
-                "no AWS credentials: set access_key_id and secret_access_key (or role_arn) in the \
-                 catalog's config"
-                    .to_string(),
-            )
-        })?;
-        let credentials = provider.provide_credentials().await.map_err(|e| {
-            Error::Config(format!(
-                "no AWS credentials for bucket '{bucket}': {}",
-                aws_sdk_sts::error::DisplayErrorContext(&e)
-            ))
-        })?;
+        let credentials = credentials_of(
+            &self.credentials_provider().await?,
+            &format!("bucket '{bucket}'"),
+        )
+        .await?;
         let mut builder = object_store::aws::AmazonS3Builder::new()
             .with_bucket_name(bucket)
             .with_region(&self.region)

@@ -130,7 +130,10 @@ pub(crate) async fn expire_snapshots(
 
     use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
+    use iceberg::spec::MAIN_BRANCH;
+
     use crate::catalog::commit::{GC_ENABLED, commit_expiry, gc_enabled};
+    use crate::catalog::snapshot::ancestry;
     use crate::ingest::copy_into::{SNAPSHOT_COPY_ID, mark_committed};
     use crate::upload::SNAPSHOT_UPLOAD_ID;
 
@@ -155,14 +158,11 @@ pub(crate) async fn expire_snapshots(
         .values()
         .map(|r| r.snapshot_id)
         .collect();
-    let mut cursor = metadata.current_snapshot_id();
-    for _ in 0..options.retain_last.max(1) {
-        let Some(id) = cursor else { break };
-        kept.insert(id);
-        cursor = metadata
-            .snapshot_by_id(id)
-            .and_then(|s| s.parent_snapshot_id());
-    }
+    kept.extend(
+        ancestry(metadata, MAIN_BRANCH)
+            .take(options.retain_last.max(1))
+            .map(|s| s.snapshot_id()),
+    );
     // The uploads whose session has not finished: their staging tables,
     // listed once.
     let unfinished: HashSet<String> = list_staging(catalog)
@@ -172,13 +172,9 @@ pub(crate) async fn expire_snapshots(
         .collect();
     // Uploads promoted to an audit branch and not yet on main: the snapshot
     // PUBLISH UPLOAD publishes stays.
-    let on_main: HashSet<&String> = std::iter::successors(metadata.current_snapshot(), |s| {
-        s.parent_snapshot_id()
-            .and_then(|id| metadata.snapshot_by_id(id))
-    })
-    .take(metadata.snapshots().count())
-    .filter_map(|s| s.summary().additional_properties.get(SNAPSHOT_UPLOAD_ID))
-    .collect();
+    let on_main: HashSet<&String> = ancestry(metadata, MAIN_BRANCH)
+        .filter_map(|s| s.summary().additional_properties.get(SNAPSHOT_UPLOAD_ID))
+        .collect();
     let unpublished = |props: &std::collections::HashMap<String, String>| {
         props.contains_key(crate::catalog::branch::SNAPSHOT_BRANCH)
             && props

@@ -11,18 +11,16 @@
 //! table's pointer from exactly the version it was built on.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use iceberg::TableUpdate;
 use iceberg::spec::{DataFile, MAIN_BRANCH, ManifestContentType, Operation, SnapshotRef};
 use iceberg::table::Table;
 
+use super::IcebergCatalog;
 use super::append::{Refusal, apply_append};
 use super::commit::Evidence;
-use super::confine::delete_within;
-use super::replace::{Version, write_replacement};
-use super::snapshot::{add_as_head, new_snapshot_id};
-use super::{IcebergCatalog, Whose};
+use super::replace::{Version, commit_written, write_replacement};
+use super::snapshot::{add_as_head, new_snapshot_id, retry_pause};
 use crate::error::{Error, Result};
 
 /// Table property: the audit branches icestage created on the table, comma
@@ -176,17 +174,10 @@ pub(crate) async fn append_to_branch_once(
                 updates: HashMap::from([(PROP_AUDIT_BRANCHES.to_string(), listed.join(","))]),
             });
         }
-        match apply_append(catalog, &base, updates).await? {
+        match commit_written(catalog, &base, updates, &written, &assigned).await? {
             Ok(_) => return Ok((snapshot_id, true)),
-            Err(refusal) => {
-                for path in &written {
-                    delete_within(base.file_io(), path, &assigned).await;
-                }
-                if let Refusal::Invalid(reason) = refusal {
-                    return Err(Error::invalid(reason));
-                }
-                pause().await;
-            }
+            Err(Refusal::Invalid(reason)) => return Err(Error::invalid(reason)),
+            Err(Refusal::Conflict(_)) => retry_pause().await,
         }
     }
     Err(Error::Conflict(format!(
@@ -227,11 +218,6 @@ async fn write_append(
             base.identifier()
         ))),
     }
-}
-
-/// A randomised pause before the next attempt.
-pub(crate) async fn pause() {
-    tokio::time::sleep(Duration::from_millis(10 + rand::random::<u64>() % 90)).await;
 }
 
 /// The data files snapshot `snapshot` of `table` added (read from its own
@@ -315,7 +301,7 @@ pub(crate) async fn publish_on(
         }];
         let committed = apply_append(catalog, base, forward).await?;
         return Ok(committed.map(|(location, metadata)| {
-            appended(catalog, base, metadata, location);
+            catalog.appended_version(base, metadata, location);
             (from.snapshot_id(), Publication::FastForward)
         }));
     }
@@ -336,32 +322,12 @@ pub(crate) async fn publish_on(
         properties,
     )
     .await?;
-    let committed = apply_append(catalog, base, add_as_head(snapshot, MAIN_BRANCH).into()).await?;
-    match committed {
-        Ok((location, metadata)) => {
-            appended(catalog, base, metadata, location);
-            Ok(Ok((snapshot_id, Publication::Reapplied)))
-        }
-        Err(refusal) => {
-            for path in &written {
-                delete_within(base.file_io(), path, &assigned).await;
-            }
-            Ok(Err(refusal))
-        }
-    }
-}
-
-/// Reports a commit to `main` of `base`: the upkeep it leaves due runs
-/// apart, as after any append.
-fn appended(
-    catalog: &IcebergCatalog,
-    base: &Table,
-    metadata: iceberg::spec::TableMetadata,
-    location: String,
-) {
-    if let Ok(current) = super::snapshot::successor(base, metadata, location) {
-        catalog.appended(current, Whose::User);
-    }
+    let updates = add_as_head(snapshot, MAIN_BRANCH).into();
+    let committed = commit_written(catalog, base, updates, &written, &assigned).await?;
+    Ok(committed.map(|(location, metadata)| {
+        catalog.appended_version(base, metadata, location);
+        (snapshot_id, Publication::Reapplied)
+    }))
 }
 
 #[cfg(test)]

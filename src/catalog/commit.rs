@@ -85,21 +85,9 @@ impl Evidence {
     /// The first snapshot on branch `branch` of `table` (its head, then
     /// the head's ancestors) that carries this evidence, proof included.
     pub(crate) fn found_on(&self, table: &Table, branch: &str) -> Option<i64> {
-        let metadata = table.metadata();
-        let mut next = metadata.snapshot_for_ref(branch).map(|s| s.snapshot_id());
-        // Each snapshot at most once, whatever the parents say.
-        let mut left = metadata.snapshots().count();
-        while let Some(id) = next
-            && left > 0
-        {
-            let snapshot = metadata.snapshot_by_id(id)?;
-            if self.carried_by(snapshot) {
-                return Some(id);
-            }
-            next = snapshot.parent_snapshot_id();
-            left -= 1;
-        }
-        None
+        super::snapshot::ancestry(table.metadata(), branch)
+            .find(|s| self.carried_by(s))
+            .map(|s| s.snapshot_id())
     }
 
     /// The snapshots of `table` that claim this evidence without its proof:

@@ -478,6 +478,20 @@ impl IcebergCatalog {
         upkeep::after_append(self, appended, whose);
     }
 
+    /// [`IcebergCatalog::appended`] for the version a commit of this process
+    /// made on top of `base` (`metadata`, at `location`), without reading it
+    /// back.
+    pub(crate) fn appended_version(
+        &self,
+        base: &Table,
+        metadata: iceberg::spec::TableMetadata,
+        location: String,
+    ) {
+        if let Ok(current) = snapshot::successor(base, metadata, location) {
+            self.appended(current, Whose::User);
+        }
+    }
+
     /// This catalog as commits that must land on exactly the version they
     /// loaded see it ([`scoped::ScopedCatalog::exact`]).
     pub(crate) fn exact(&self) -> scoped::ScopedCatalog {

@@ -17,7 +17,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use iceberg::spec::{
@@ -26,11 +25,11 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
+use super::IcebergCatalog;
 use super::append::{Refusal, apply_append};
 use super::commit::Evidence;
 use super::confine::delete_within;
-use super::snapshot::{add_as_head, new_snapshot_id};
-use super::{IcebergCatalog, Whose};
+use super::snapshot::{add_as_head, new_snapshot_id, retry_pause};
 use crate::error::{Error, Result};
 
 /// A live data file of a table, with the partition spec it was written
@@ -294,6 +293,32 @@ pub(crate) async fn write_replacement(
     Ok(staged)
 }
 
+/// Deletes `written` (what an attempt wrote, within `assigned`), which the
+/// table does not reference: its commit was refused or never made.
+pub(crate) async fn discard(base: &Table, written: &[String], assigned: &str) {
+    for path in written {
+        delete_within(base.file_io(), path, assigned).await;
+    }
+}
+
+/// Commits `updates` (a snapshot whose manifests the attempt wrote,
+/// `written`) on exactly `base`, a compare-and-swap ([`apply_append`]);
+/// when refused, `written` is deleted (within `assigned`). The committed
+/// metadata and its location, or the refusal.
+pub(crate) async fn commit_written(
+    catalog: &IcebergCatalog,
+    base: &Table,
+    updates: Vec<iceberg::TableUpdate>,
+    written: &[String],
+    assigned: &str,
+) -> Result<std::result::Result<(String, iceberg::spec::TableMetadata), Refusal>> {
+    let committed = apply_append(catalog, base, updates).await?;
+    if committed.is_err() {
+        discard(base, written, assigned).await;
+    }
+    Ok(committed)
+}
+
 /// The summary of a snapshot that replaces `deleted` with `added` on top of
 /// `parent`: what was added and removed, and the parent's totals carried
 /// forward.
@@ -373,9 +398,7 @@ pub(crate) async fn tag_snapshot(
         match apply_append(catalog, &version, vec![tag]).await? {
             Ok(_) => return Ok(()),
             Err(Refusal::Invalid(reason)) => return Err(Error::invalid(reason)),
-            Err(Refusal::Conflict(_)) => {
-                tokio::time::sleep(Duration::from_millis(10 + rand::random::<u64>() % 90)).await;
-            }
+            Err(Refusal::Conflict(_)) => retry_pause().await,
         }
     }
     Err(Error::Conflict(format!(
@@ -490,16 +513,17 @@ async fn attempts(
         .await?;
         let committed = match staged.snapshot {
             Some(snapshot) => {
-                apply_append(catalog, base, add_as_head(snapshot, MAIN_BRANCH).into()).await?
+                let updates = add_as_head(snapshot, MAIN_BRANCH).into();
+                commit_written(catalog, base, updates, &staged.written, assigned).await?
             }
-            None => Err(Refusal::Conflict(format!("{name} changed"))),
+            None => {
+                discard(base, &staged.written, assigned).await;
+                Err(Refusal::Conflict(format!("{name} changed")))
+            }
         };
         match committed {
             Ok((location, metadata)) => {
-                // The version this commit made, without reading it back.
-                if let Ok(current) = super::snapshot::successor(base, metadata, location) {
-                    catalog.appended(current, Whose::User);
-                }
+                catalog.appended_version(base, metadata, location);
                 let added = replaced
                     .added
                     .iter()
@@ -507,15 +531,8 @@ async fn attempts(
                     .collect();
                 return Ok((snapshot_id, true, added));
             }
-            Err(refusal) => {
-                for path in &staged.written {
-                    delete_within(base.file_io(), path, assigned).await;
-                }
-                if let Refusal::Invalid(reason) = refusal {
-                    return Err(Error::invalid(reason));
-                }
-                tokio::time::sleep(Duration::from_millis(10 + rand::random::<u64>() % 90)).await;
-            }
+            Err(Refusal::Invalid(reason)) => return Err(Error::invalid(reason)),
+            Err(Refusal::Conflict(_)) => retry_pause().await,
         }
     }
     Err(Error::Conflict(format!(

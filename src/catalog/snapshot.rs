@@ -40,6 +40,24 @@ pub(crate) fn add_as_head(
     ]
 }
 
+/// The snapshots of branch `branch` of `metadata`: its head, then the
+/// head's ancestors, each at most once whatever the parents say.
+pub(crate) fn ancestry<'a>(
+    metadata: &'a TableMetadata,
+    branch: &str,
+) -> impl Iterator<Item = &'a iceberg::spec::SnapshotRef> + 'a {
+    std::iter::successors(metadata.snapshot_for_ref(branch), |s| {
+        metadata.snapshot_by_id(s.parent_snapshot_id()?)
+    })
+    .take(metadata.snapshots().count())
+}
+
+/// A randomised pause before a commit is tried again on a newer version.
+pub(crate) async fn retry_pause() {
+    let pause = 10 + rand::random::<u64>() % 90;
+    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+}
+
 /// Summary property `key` of snapshot `snapshot_id` of `table`, if the
 /// snapshot exists and has it.
 pub(crate) fn summary_property(table: &Table, snapshot_id: i64, key: &str) -> Option<String> {

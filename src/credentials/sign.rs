@@ -29,6 +29,7 @@ use aws_sigv4::http_request::{
 };
 use aws_sigv4::sign::v4;
 
+use crate::aws::AwsSettings;
 use crate::catalog::confine::is_under;
 
 /// The body of a signing request, as the protocol defines it (its
@@ -69,15 +70,6 @@ pub(crate) struct Scope<'a> {
     pub(crate) write: bool,
 }
 
-/// Where the service reaches S3: `endpoint` (an S3-compatible store,
-/// path-style or virtual-hosted under its host) or, without one, AWS in
-/// `region`.
-#[derive(Debug, Clone)]
-pub(crate) struct Store<'a> {
-    pub(crate) endpoint: Option<&'a str>,
-    pub(crate) region: &'a str,
-}
-
 /// A request the scope allows, as it will be signed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Allowed {
@@ -108,11 +100,13 @@ fn allowed_amz(name: &str) -> bool {
         )
 }
 
-/// Whether `request` is one `scope` allows on `store`: what it reaches,
-/// or why not (the refusal a client sees, naming the request).
+/// Whether `request` is one `scope` allows on the store `aws` reaches (its
+/// `s3.endpoint`, path-style or virtual-hosted under its host, or without
+/// one AWS in its region): what it reaches, or why not (the refusal a
+/// client sees, naming the request).
 pub(crate) fn check(
     scope: &Scope<'_>,
-    store: &Store<'_>,
+    aws: &AwsSettings,
     request: &SignRequest,
 ) -> Result<Allowed, String> {
     let method = request.method.to_ascii_uppercase();
@@ -154,7 +148,7 @@ pub(crate) fn check(
     }
     let url = url::Url::parse(&request.uri)
         .map_err(|e| format!("'{}' is not a URL: {e}", request.uri))?;
-    let (bucket, key) = addressed(store, &url)?;
+    let (bucket, key) = addressed(aws, &url)?;
     let query: Vec<(String, String)> = url
         .query_pairs()
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
@@ -281,9 +275,13 @@ fn writable(location: &str, path: &str) -> Result<(), String> {
 /// The bucket and (percent-decoded) key `url` addresses on `store`:
 /// path-style (`<endpoint>/<bucket>/<key>`) or virtual-hosted
 /// (`<bucket>.<host>/<key>`); a URL of any other host is refused.
-fn addressed(store: &Store<'_>, url: &url::Url) -> Result<(String, String), String> {
+fn addressed(aws: &AwsSettings, url: &url::Url) -> Result<(String, String), String> {
     let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
-    let hosts: Vec<String> = match store.endpoint.and_then(|e| url::Url::parse(e).ok()) {
+    let hosts: Vec<String> = match aws
+        .s3_endpoint
+        .as_deref()
+        .and_then(|e| url::Url::parse(e).ok())
+    {
         Some(endpoint) => {
             if endpoint.scheme() != url.scheme() || endpoint.port() != url.port() {
                 return Err(format!(
@@ -294,7 +292,7 @@ fn addressed(store: &Store<'_>, url: &url::Url) -> Result<(String, String), Stri
             vec![endpoint.host_str().unwrap_or_default().to_ascii_lowercase()]
         }
         None => vec![
-            format!("s3.{}.amazonaws.com", store.region),
+            format!("s3.{}.amazonaws.com", aws.region),
             "s3.amazonaws.com".to_string(),
         ],
     };
@@ -410,15 +408,22 @@ mod tests {
         }
     }
 
+    /// The settings of a catalog configured with `config`.
+    fn store(config: &[(&str, &str)]) -> AwsSettings {
+        AwsSettings::from_config(
+            &config
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
     fn verdict(write: bool, method: &str, uri: &str, headers: &[(&str, &str)]) -> String {
         let scope = Scope {
             location: LOCATION,
             write,
         };
-        let store = Store {
-            endpoint: Some("http://127.0.0.1:5000"),
-            region: "us-east-1",
-        };
+        let store = store(&[("s3.endpoint", "http://127.0.0.1:5000")]);
         match check(&scope, &store, &request(method, uri, headers)) {
             Ok(allowed) if allowed.creates => "create".to_string(),
             Ok(_) => "ok".to_string(),
@@ -536,10 +541,7 @@ mod tests {
             location: LOCATION,
             write: false,
         };
-        let aws = Store {
-            endpoint: None,
-            region: "eu-west-1",
-        };
+        let aws = store(&[("region", "eu-west-1")]);
         let ok = request(
             "GET",
             "https://lake.s3.eu-west-1.amazonaws.com/staging/upload_1/data/a.parquet",

@@ -233,16 +233,10 @@ pub(crate) async fn upload_credentials(
     Path(id): Path<String>,
 ) -> ApiResult {
     let status = owned_upload(&state, &caller, &id).await?;
-    if state.remote_signing_required() {
-        let token = state.ops().upload_access_token(&status.upload_id).await?;
-        return signed_access_body(&state, status.upload_id.as_str(), &token);
-    }
-    let vended = state
-        .ops()
-        .vend_credentials(status.upload_id.as_str(), Some(AccessMode::Write), None)
-        .await?;
+    let id = status.upload_id.as_str();
+    let vended = vend(&state, id, AccessMode::Write).await?;
     let token = state.ops().upload_access_token(&status.upload_id).await?;
-    credentials_body(&state, vended, &token)
+    credentials_body(&state, id, vended, &token)
 }
 
 /// `POST /uploads/{id}/complete`'s body, all optional: how the rows land.
@@ -468,48 +462,48 @@ pub(crate) async fn download_credentials(
     Path(id): Path<String>,
 ) -> ApiResult {
     let status = owned_download(&state, &caller, &id).await?;
-    if state.remote_signing_required() {
-        let token = state
-            .ops()
-            .download_access_token(&status.download_id)
-            .await?;
-        return signed_access_body(&state, status.download_id.as_str(), &token);
-    }
-    let vended = state
-        .ops()
-        .vend_credentials(status.download_id.as_str(), Some(AccessMode::Read), None)
-        .await?;
+    let id = status.download_id.as_str();
+    let vended = vend(&state, id, AccessMode::Read).await?;
     let token = state
         .ops()
         .download_access_token(&status.download_id)
         .await?;
-    credentials_body(&state, vended, &token)
+    credentials_body(&state, id, vended, &token)
 }
 
-/// Where the service signs every storage request (`require_remote_signing`):
-/// no key, the connection alone (it asks for remote signing).
-fn signed_access_body(state: &AppState, id: &str, token: &str) -> ApiResult {
-    Ok((
-        StatusCode::OK,
-        Json(json!({
-            "id": id,
-            "remote_signing": true,
-            "connection": state.rest_connection(token),
-        })),
-    )
-        .into_response())
+/// Keys vended for session `id` in `mode`; none where the service signs
+/// every storage request (`require_remote_signing`).
+async fn vend(
+    state: &AppState,
+    id: &str,
+    mode: AccessMode,
+) -> Result<Option<crate::credentials::vend::SessionCredentials>, ApiError> {
+    if state.remote_signing_required() {
+        return Ok(None);
+    }
+    Ok(Some(
+        state.ops().vend_credentials(id, Some(mode), None).await?,
+    ))
 }
 
 /// Credentials as the API answers them: the connection is this service's
 /// REST catalog with the session's token, never the backend catalog itself;
 /// the storage keys (S3 warehouses) reach the session's location only, and
-/// the catalog hands them out on each load too.
+/// the catalog hands them out on each load too. Without keys (the service
+/// signs every storage request) the connection alone, for session `id`.
 fn credentials_body(
     state: &AppState,
-    vended: crate::credentials::vend::SessionCredentials,
+    id: &str,
+    vended: Option<crate::credentials::vend::SessionCredentials>,
     token: &str,
 ) -> ApiResult {
-    let mut body = json_of(&[vended])?.into_iter().next().unwrap_or_default();
+    let mut body = match vended {
+        Some(vended) => json_of(&[vended])?.into_iter().next().unwrap_or_default(),
+        None => serde_json::Map::from_iter([
+            ("id".to_string(), json!(id)),
+            ("remote_signing".to_string(), json!(true)),
+        ]),
+    };
     body.insert("connection".to_string(), state.rest_connection(token));
     body.remove("catalog_config");
     Ok((StatusCode::OK, Json(Json_::Object(body))).into_response())

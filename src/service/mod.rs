@@ -162,6 +162,21 @@ impl AppState {
     /// `load_catalog(name, **props)`): this service's REST catalog with
     /// `token`.
     pub(crate) fn rest_connection(&self, token: &str) -> Json {
+        let mut connection = json!({
+            "name": "icestage",
+            "type": "rest",
+            "uri": self.rest_uri(),
+            "token": token,
+        });
+        if self.0.config.service.require_remote_signing {
+            // The client asks for signing, as the service will answer.
+            connection[rest::ACCESS_DELEGATION_PROPERTY] = json!(rest::REMOTE_SIGNING);
+        }
+        connection
+    }
+
+    /// This service's REST catalog, as clients reach it.
+    pub(crate) fn rest_uri(&self) -> String {
         let base = self.0.public_url.get().cloned().unwrap_or_else(|| {
             self.0
                 .config
@@ -170,17 +185,7 @@ impl AppState {
                 .clone()
                 .unwrap_or_else(|| format!("http://{}", self.0.config.service.listen))
         });
-        let mut connection = json!({
-            "name": "icestage",
-            "type": "rest",
-            "uri": format!("{}/iceberg", base.trim_end_matches('/')),
-            "token": token,
-        });
-        if self.0.config.service.require_remote_signing {
-            // The client asks for signing, as the service will answer.
-            connection[rest::ACCESS_DELEGATION_PROPERTY] = json!(rest::REMOTE_SIGNING);
-        }
-        connection
+        format!("{}/iceberg", base.trim_end_matches('/'))
     }
 
     /// Whether sessions get their storage requests signed, never keys.
@@ -195,8 +200,6 @@ impl AppState {
         &self,
         catalog: &crate::catalog::IcebergCatalog,
     ) -> Result<aws_credential_types::Credentials> {
-        use aws_credential_types::provider::ProvideCredentials;
-
         let cached = self
             .0
             .signing
@@ -207,19 +210,7 @@ impl AppState {
         let provider = match cached {
             Some(provider) => provider,
             None => {
-                let provider = catalog
-                    .aws()
-                    .sdk_config(None)
-                    .await
-                    .credentials_provider()
-                    .ok_or_else(|| {
-                        Error::Config(format!(
-                            "catalog '{}' has no AWS credentials to sign storage requests with: \
-                             set access_key_id and secret_access_key, or give the service an \
-                             identity (the default chain)",
-                            catalog.name()
-                        ))
-                    })?;
+                let provider = catalog.aws().credentials_provider().await?;
                 self.0
                     .signing
                     .lock()
@@ -228,13 +219,11 @@ impl AppState {
                 provider
             }
         };
-        provider.provide_credentials().await.map_err(|e| {
-            Error::Config(format!(
-                "the credentials catalog '{}' signs storage requests with are not available: {}",
-                catalog.name(),
-                aws_sdk_sts::error::DisplayErrorContext(&e)
-            ))
-        })
+        let what = format!(
+            "signing the storage requests of catalog '{}'",
+            catalog.name()
+        );
+        crate::aws::credentials_of(&provider, &what).await
     }
 
     /// The API token `presented` stands for: the token whose secret it is,

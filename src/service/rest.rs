@@ -40,7 +40,7 @@ use super::AppState;
 use super::catalog_view::{self, CatalogView};
 use crate::catalog::append::{Refusal, apply_append, check_append};
 use crate::credentials::AccessMode;
-use crate::credentials::sign::{Scope, SignRequest, Store, check, sign_request};
+use crate::credentials::sign::{Scope, SignRequest, check, sign_request};
 use crate::credentials::vend::{DEFAULT_DURATION, Grant, check_usable, download_grant};
 use crate::download::{DownloadId, DownloadState, find_download};
 use crate::session::log;
@@ -981,9 +981,8 @@ fn signing(state: &AppState, asked: &Presented) -> bool {
 /// A session's storage configuration under remote signing: where the
 /// signer is, how to reach the store, and no key.
 fn signing_config(state: &AppState, access: &Access) -> HashMap<String, String> {
-    let aws = access.grant.catalog.aws();
-    let connection = state.rest_connection("");
-    let mut config = HashMap::from([
+    let mut config = access.grant.catalog.aws().store_properties();
+    config.extend([
         ("s3.remote-signing-enabled".to_string(), "true".to_string()),
         // PyIceberg's name for the signer it loads, and the file IO that
         // carries it (its pyarrow file IO does not sign remotely).
@@ -992,20 +991,12 @@ fn signing_config(state: &AppState, access: &Access) -> HashMap<String, String> 
             "py-io-impl".to_string(),
             "pyiceberg.io.fsspec.FsspecFileIO".to_string(),
         ),
-        (
-            "s3.signer.uri".to_string(),
-            connection["uri"].as_str().unwrap_or_default().to_string(),
-        ),
+        ("s3.signer.uri".to_string(), state.rest_uri()),
         (
             "s3.signer.endpoint".to_string(),
             SIGNER_ENDPOINT.to_string(),
         ),
-        ("s3.region".to_string(), aws.region.clone()),
     ]);
-    if let Some(endpoint) = &aws.s3_endpoint {
-        config.insert("s3.endpoint".to_string(), endpoint.clone());
-        config.insert("s3.path-style-access".to_string(), "true".to_string());
-    }
     config
 }
 
@@ -1089,13 +1080,16 @@ async fn sign_storage_request(
         }
     };
     let request = request(body)?;
-    let refused = |why: String| {
+    let signature = |outcome: &'static str| {
         crate::metrics::count(
             "icestage_storage_signatures_total",
             "Storage requests the REST catalog was asked to sign, by outcome.",
-            &[("outcome", "refused")],
+            &[("outcome", outcome)],
             1.0,
         );
+    };
+    let refused = |why: String| {
+        signature("refused");
         RestError::new(StatusCode::FORBIDDEN, "ForbiddenException", why)
     };
     // Writes while the upload is open; a download's reads while it is
@@ -1116,11 +1110,7 @@ async fn sign_storage_request(
         location: &access.grant.location,
         write,
     };
-    let store = Store {
-        endpoint: aws.s3_endpoint.as_deref(),
-        region: &aws.region,
-    };
-    let allowed = check(&scope, &store, &request).map_err(refused)?;
+    let allowed = check(&scope, aws, &request).map_err(refused)?;
     let credentials = state
         .signing_credentials(&access.grant.catalog)
         .await
@@ -1139,12 +1129,7 @@ async fn sign_storage_request(
             format!("the request cannot be signed: {e}"),
         )
     })?;
-    crate::metrics::count(
-        "icestage_storage_signatures_total",
-        "Storage requests the REST catalog was asked to sign, by outcome.",
-        &[("outcome", "signed")],
-        1.0,
-    );
+    signature("signed");
     Ok(Json(signed).into_response())
 }
 

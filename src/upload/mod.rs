@@ -525,6 +525,17 @@ pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<St
 /// still be promoted (see [`Staging::past_promotion`]).
 pub(crate) const PROMOTION_GRACE: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 
+/// The catalog of upload `record` and its target table as it is now.
+pub(crate) async fn recorded_target(
+    icestage: &Icestage,
+    record: &UploadRecord,
+) -> Result<(Arc<IcebergCatalog>, Table)> {
+    let catalog = Arc::clone(icestage.catalog(&record.catalog)?);
+    let ident = TableIdent::from_strs(record.target.split('.'))?;
+    let table = catalog.catalog().load_table(&ident).await?;
+    Ok((catalog, table))
+}
+
 /// The target snapshot that promoted `staging`, if any (the exactly-once
 /// evidence, [`Staging::evidence`]).
 pub(crate) fn promoted_snapshot(target: &Table, staging: &Staging) -> Option<i64> {

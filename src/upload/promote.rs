@@ -662,13 +662,9 @@ async fn already_promoted(
         return None;
     }
     // The branch the rows are on, as the target says (main when it cannot).
-    let target = async {
-        let catalog = icestage.catalog(&record.catalog).ok()?;
-        let ident = iceberg::TableIdent::from_strs(record.target.split('.')).ok()?;
-        catalog.catalog().load_table(&ident).await.ok()
-    };
-    let branch = match (record.snapshot_id, target.await) {
-        (Some(snapshot_id), Some(target)) => landed_branch(&target, snapshot_id),
+    let target = super::recorded_target(icestage, record).await.ok();
+    let branch = match (record.snapshot_id, target) {
+        (Some(snapshot_id), Some((_, target))) => landed_branch(&target, snapshot_id),
         _ => iceberg::spec::MAIN_BRANCH.to_string(),
     };
     let message = match record.snapshot_id {

@@ -17,9 +17,9 @@
 
 use std::sync::Arc;
 
-use iceberg::TableIdent;
 use iceberg::spec::{DataFile, MAIN_BRANCH};
 use iceberg::table::Table;
+use iceberg_datafusion::IcebergStaticTableProvider;
 
 use super::enforce::{rules_context, unique_findings};
 use super::validation::Validation;
@@ -27,8 +27,7 @@ use super::{SNAPSHOT_UPLOAD_ID, UploadId, UploadRecord, UploadState, findings, s
 use crate::catalog::append::Refusal;
 use crate::catalog::branch::{self, Publication, SNAPSHOT_BRANCH};
 use crate::catalog::commit::Evidence;
-use crate::catalog::provider::table_provider;
-use crate::catalog::snapshot::summary_property;
+use crate::catalog::snapshot::{retry_pause, summary_property};
 use crate::catalog::{IcebergCatalog, Icestage};
 use crate::cluster::RecipeTable;
 use crate::error::{Error, Result};
@@ -87,9 +86,8 @@ pub(crate) async fn publish_upload(icestage: &Icestage, id: &UploadId) -> Result
             hint: NOT_PROMOTED.to_string(),
         });
     }
-    let catalog = Arc::clone(icestage.catalog(&record.catalog)?);
-    let target = TableIdent::from_strs(record.target.split('.'))?;
-    let table = catalog.catalog().load_table(&target).await?;
+    let (catalog, table) = super::recorded_target(icestage, &record).await?;
+    let target = table.identifier().clone();
     let answer = |branch: &str, snapshot_id: Option<i64>, how: &str, message: String| Published {
         upload_id: id.clone(),
         state: UploadState::Published,
@@ -178,7 +176,7 @@ pub(crate) async fn publish_upload(icestage: &Icestage, id: &UploadId) -> Result
                 ),
             ));
         }
-        let validation = recheck(&catalog, &base, &files).await?;
+        let validation = recheck(&base, &files).await?;
         if !validation.passed() {
             findings::replace(&catalog, id, &validation.findings).await?;
             return Err(Error::Conflict(format!(
@@ -210,7 +208,7 @@ pub(crate) async fn publish_upload(icestage: &Icestage, id: &UploadId) -> Result
                 ));
             }
             Err(Refusal::Invalid(reason)) => return Err(Error::invalid(reason)),
-            Err(Refusal::Conflict(_)) => branch::pause().await,
+            Err(Refusal::Conflict(_)) => retry_pause().await,
         }
     }
     Err(Error::Conflict(format!(
@@ -250,13 +248,10 @@ async fn recorded(catalog: &IcebergCatalog, record: &UploadRecord, snapshot_id: 
 }
 
 /// The target's rules on `files` (rows a branch snapshot of `target`
-/// added), against `main` of `target` as this version holds it: each CHECK
-/// rule counted, each UNIQUE rule within the files and against `main`.
-async fn recheck(
-    catalog: &Arc<IcebergCatalog>,
-    target: &Table,
-    files: &[DataFile],
-) -> Result<Validation> {
+/// added), against `main` of exactly this version of `target` (the one a
+/// publication then commits on): each CHECK rule counted, each UNIQUE rule
+/// within the files and against `main`.
+async fn recheck(target: &Table, files: &[DataFile]) -> Result<Validation> {
     let rules = rules_of(target)?;
     let mut validation = Validation::default();
     for rule in &rules {
@@ -269,13 +264,8 @@ async fn recheck(
     }
     let ctx = rules_context()?;
     ctx.register_table("staged", Arc::new(RecipeTable::of_files(target, files)?))?;
-    let main = table_provider(catalog, target.identifier(), None)
-        .await?
-        .ok_or_else(|| Error::TableNotFound {
-            table: target.identifier().to_string(),
-            hint: String::new(),
-        })?;
-    ctx.register_table("target", main)?;
+    let main = IcebergStaticTableProvider::try_new_from_table(target.clone()).await?;
+    ctx.register_table("target", Arc::new(main))?;
     let schema = df_schema(target)?;
     for rule in &rules {
         match rule {
