@@ -60,6 +60,7 @@ pub use progress::{Progress, ProgressSink};
 pub use rows::{ResultRow, has_json_columns, json_rows};
 pub use secret::Secret;
 pub use session::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
+pub use tables::files::PROP_FILE_COLUMNS;
 pub use tables::maintain::{
     DataFilesRewritten, ManifestsRewritten, ORPHAN_OPTIONS, OrphanFilesRemoved, OrphanOptions,
     REWRITE_DATA_OPTIONS, RewriteDataOptions,

@@ -53,6 +53,13 @@ pub(crate) fn canonical(path: &str) -> Option<String> {
     Some(format!("{scheme}{}", rest.trim_end_matches('/')))
 }
 
+/// The folder of a table's `location` that holds the files its rows
+/// reference (`crate::tables::files`): a staging table's, where a client
+/// puts them; a target's, where promotion copies them.
+pub(crate) fn files_folder(location: &str) -> String {
+    format!("{}/files", location.trim_end_matches('/'))
+}
+
 /// True when `path` lies strictly under the folder `location`.
 pub(crate) fn is_under(path: &str, location: &str) -> bool {
     match (canonical(path), canonical(location)) {

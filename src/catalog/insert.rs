@@ -86,7 +86,22 @@ impl TableProvider for IcebergTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        self.inner.scan(state, projection, filters, limit).await
+        // Iceberg binds predicates to primitive fields only (`photo IS NULL`
+        // on a struct fails to bind): those filters stay with DataFusion,
+        // which applies every filter above the scan anyway (all are Inexact).
+        let schema = self.inner.schema();
+        let bindable: Vec<Expr> = filters
+            .iter()
+            .filter(|filter| {
+                filter.column_refs().iter().all(|column| {
+                    schema
+                        .field_with_name(&column.name)
+                        .is_ok_and(|field| !field.data_type().is_nested())
+                })
+            })
+            .cloned()
+            .collect();
+        self.inner.scan(state, projection, &bindable, limit).await
     }
 
     fn supports_filters_pushdown(
@@ -148,7 +163,7 @@ pub(crate) async fn insert_into(
 ) -> Result<u64> {
     let table = catalog.catalog().load_table(ident).await?;
     let prefix = format!("icestage-insert-{}", uuid::Uuid::new_v4());
-    let files = write_partitions(&table, &prefix, input, task).await?;
+    let files = write_partitions(&table, &prefix, input, task, None).await?;
     let rows = files.iter().map(|f| f.record_count()).sum();
     if !files.is_empty() {
         let appended = append_files(catalog, &table, files).await?;

@@ -171,6 +171,15 @@ pub(crate) async fn delete_confined(
     for path in doomed {
         delete_within(io, path, location).await;
     }
+    // The files its rows reference (or, for a staging table, that a client
+    // put there for them) are the table's too.
+    let files = super::confine::files_folder(location);
+    let linked = local(&files).is_some_and(|folder| {
+        std::fs::symlink_metadata(folder).is_ok_and(|m| m.file_type().is_symlink())
+    });
+    if canonical(location).is_some() && !linked {
+        let _ = io.delete_prefix(&format!("{files}/")).await;
+    }
     Ok(())
 }
 

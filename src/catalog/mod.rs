@@ -14,6 +14,7 @@ pub(crate) mod claims;
 pub(crate) mod commit;
 pub(crate) mod compact;
 pub(crate) mod confine;
+pub(crate) mod copy;
 pub(crate) mod database;
 pub(crate) mod group;
 pub(crate) mod insert;

@@ -112,8 +112,11 @@ pub(crate) async fn remove_orphans(
         listed: stored.len() as i64,
         ..Sweep::default()
     };
+    // Files under `files/` are referenced by rows, not by metadata.
+    let row_files = super::confine::files_folder(&location);
     for file in stored {
-        let known = canonical(&file.path).is_none_or(|path| referenced.contains(&path));
+        let known = canonical(&file.path).is_none_or(|path| referenced.contains(&path))
+            || super::confine::is_under(&file.path, &row_files);
         if known {
             sweep.referenced += 1;
         } else if file.modified >= cutoff {

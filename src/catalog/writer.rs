@@ -344,6 +344,12 @@ pub(crate) async fn write_rows_sized(
     with_metrics_modes(target, writer.close().await?)
 }
 
+/// What [`write_partitions`] does to each batch before writing it (a
+/// download copying the files its rows reference, say).
+pub(crate) type BatchMap = Arc<
+    dyn Fn(RecordBatch) -> futures::future::BoxFuture<'static, Result<RecordBatch>> + Send + Sync,
+>;
+
 /// Writes every partition of `input` as new data files of `target`, each
 /// partition streaming on its own task ([`write_rows`]); file names start
 /// with `file_prefix`. Returns the files, not yet committed. The first
@@ -353,12 +359,20 @@ pub(crate) async fn write_partitions(
     file_prefix: &str,
     input: Arc<dyn ExecutionPlan>,
     task: Arc<TaskContext>,
+    map: Option<BatchMap>,
 ) -> Result<Vec<DataFile>> {
     let mut writers = tokio::task::JoinSet::new();
     for partition in 0..input.properties().output_partitioning().partition_count() {
         let rows = input
             .execute(partition, Arc::clone(&task))?
             .map_err(Error::from);
+        let rows: futures::stream::BoxStream<'static, Result<RecordBatch>> = match &map {
+            Some(map) => {
+                let map = Arc::clone(map);
+                Box::pin(rows.and_then(move |batch| map(batch)))
+            }
+            None => Box::pin(rows),
+        };
         let (target, prefix) = (target.clone(), format!("{file_prefix}-{partition:04}"));
         writers.spawn(async move { write_rows(&target, &prefix, rows).await });
     }

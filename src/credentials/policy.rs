@@ -83,8 +83,9 @@ pub fn s3tables_policy(bucket_arn: &str, namespace: &str, table: &str, mode: Acc
 
 /// The S3 session policy for one table stored under `s3://bucket/prefix`:
 /// reading objects under the prefix and listing that prefix; in `Write`
-/// mode also putting data files (`data/`) and the manifests and manifest
-/// lists a writer adds (`metadata/*.avro`). The table's metadata JSON files
+/// mode also putting data files (`data/`), the files rows reference
+/// (`files/`) and the manifests and manifest lists a writer adds
+/// (`metadata/*.avro`). The table's metadata JSON files
 /// are the catalog's alone: vended keys never write one.
 pub fn s3_prefix_policy(bucket: &str, prefix: &str, mode: AccessMode) -> Value {
     let prefix = prefix.trim_matches('/');
@@ -107,6 +108,7 @@ pub fn s3_prefix_policy(bucket: &str, prefix: &str, mode: AccessMode) -> Value {
             "Action": ["s3:PutObject"],
             "Resource": [
                 format!("arn:aws:s3:::{bucket}/{prefix}/data/*"),
+                format!("arn:aws:s3:::{bucket}/{prefix}/files/*"),
                 format!("arn:aws:s3:::{bucket}/{prefix}/metadata/*.avro"),
             ],
         }));
@@ -195,7 +197,7 @@ mod tests {
         let policy = s3_prefix_policy("lake", "/warehouse/staging/upload_1/", AccessMode::Write);
         assert_eq!(
             policy.to_string(),
-            r#"{"Statement":[{"Action":["s3:GetObject"],"Effect":"Allow","Resource":["arn:aws:s3:::lake/warehouse/staging/upload_1/*"]},{"Action":["s3:ListBucket"],"Condition":{"StringLike":{"s3:prefix":["warehouse/staging/upload_1","warehouse/staging/upload_1/*"]}},"Effect":"Allow","Resource":["arn:aws:s3:::lake"]},{"Action":["s3:PutObject"],"Effect":"Allow","Resource":["arn:aws:s3:::lake/warehouse/staging/upload_1/data/*","arn:aws:s3:::lake/warehouse/staging/upload_1/metadata/*.avro"]}],"Version":"2012-10-17"}"#
+            r#"{"Statement":[{"Action":["s3:GetObject"],"Effect":"Allow","Resource":["arn:aws:s3:::lake/warehouse/staging/upload_1/*"]},{"Action":["s3:ListBucket"],"Condition":{"StringLike":{"s3:prefix":["warehouse/staging/upload_1","warehouse/staging/upload_1/*"]}},"Effect":"Allow","Resource":["arn:aws:s3:::lake"]},{"Action":["s3:PutObject"],"Effect":"Allow","Resource":["arn:aws:s3:::lake/warehouse/staging/upload_1/data/*","arn:aws:s3:::lake/warehouse/staging/upload_1/files/*","arn:aws:s3:::lake/warehouse/staging/upload_1/metadata/*.avro"]}],"Version":"2012-10-17"}"#
         );
         // No write reaches a metadata JSON file, and read keys write nothing.
         let text = policy.to_string();

@@ -9,7 +9,8 @@
 //! - with write access (an open upload), the creation of *new* objects: a
 //!   `PUT` (signed with `If-None-Match: *`, so an existing object is never
 //!   replaced) or a multipart upload (started, parts, completed with
-//!   `If-None-Match: *`), under the table's `data/` folder, and in its
+//!   `If-None-Match: *`), under the table's `data/` and `files/` folders
+//!   (the files rows reference), and in its
 //!   `metadata/` folder only the Avro manifests and manifest lists an
 //!   Iceberg client writes before it commits (never a metadata JSON file,
 //!   which only the catalog writes);
@@ -253,10 +254,11 @@ pub(crate) fn check(
 }
 
 /// Whether an object at `path` may be created under `location`: in its
-/// `data/` folder, or an Avro file in its `metadata/` folder.
+/// `data/` folder, in its `files/` folder (the files rows reference), or an
+/// Avro file in its `metadata/` folder.
 fn writable(location: &str, path: &str) -> Result<(), String> {
     let base = location.trim_end_matches('/');
-    if is_under(path, &format!("{base}/data")) {
+    if is_under(path, &format!("{base}/data")) || is_under(path, &format!("{base}/files")) {
         return Ok(());
     }
     if is_under(path, &format!("{base}/metadata")) {
@@ -269,7 +271,10 @@ fn writable(location: &str, path: &str) -> Result<(), String> {
                 .to_string(),
         );
     }
-    Err("a session writes under its table's data/ (and manifests under metadata/)".to_string())
+    Err(
+        "a session writes under its table's data/ and files/ (and manifests under metadata/)"
+            .to_string(),
+    )
 }
 
 /// The bucket and (percent-decoded) key `url` addresses on `store`:
@@ -432,10 +437,15 @@ mod tests {
     }
 
     #[test]
-    fn a_session_gets_reads_inside_and_new_objects_under_data_only() {
+    fn a_session_gets_reads_inside_and_new_objects_under_data_and_files_only() {
         let at = |key: &str| format!("http://127.0.0.1:5000/lake/staging/upload_1/{key}");
         let data = at("data/part-0.parquet");
         assert_eq!(verdict(true, "PUT", &data, &[]), "create");
+        assert_eq!(
+            verdict(true, "PUT", &at("files/photos/1.png"), &[]),
+            "create"
+        );
+        assert!(verdict(false, "PUT", &at("files/photos/1.png"), &[]).contains("cannot write"));
         assert_eq!(verdict(true, "GET", &data, &[]), "ok");
         assert_eq!(verdict(false, "HEAD", &data, &[]), "ok");
         assert_eq!(
@@ -470,7 +480,7 @@ mod tests {
                 "PUT",
                 at("other/x"),
                 vec![],
-                "writes under its table's data/",
+                "writes under its table's data/ and files/",
             ),
             (
                 true,

@@ -12,9 +12,10 @@ use datafusion::datasource::provider_as_source;
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use iceberg::spec::Schema;
-use iceberg::{NamespaceIdent, TableCreation};
+use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 use iceberg_datafusion::IcebergStaticTableProvider;
 
+use super::files::{Area, IncludeFiles};
 use super::fill::{Fill, fill};
 use super::{
     DOWNLOADS_NAMESPACE, DownloadId, DownloadState, PROP_DOWNLOAD_ID, PROP_HEARTBEAT_AT,
@@ -27,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_OWNER, PROP_STATE};
+use crate::tables::files::{PROP_FILE_COLUMNS, file_columns, reference_columns};
 
 /// How `CREATE DOWNLOAD` runs (its `WITH (...)` options).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -46,6 +48,10 @@ pub struct DownloadOptions {
     /// that one tenant's download never lands in another's catalog); the
     /// default catalog when `None`.
     pub catalog: Option<String>,
+    /// Copy the files the rows reference (`FILE` columns) into the
+    /// download's own `files/` folder and point the rows at the copies, so
+    /// the download's access reaches them (`include_files`).
+    pub include_files: bool,
 }
 
 impl Default for DownloadOptions {
@@ -56,6 +62,7 @@ impl Default for DownloadOptions {
             lease: Duration::from_secs(60),
             owner: None,
             catalog: None,
+            include_files: false,
         }
     }
 }
@@ -97,6 +104,9 @@ pub(crate) struct CreateDownload {
     /// a plan (the cluster plans it itself); `None`: here, from the
     /// command's input.
     pub(crate) remote: Option<(Cluster, LogicalPlan)>,
+    /// The tables read that declare file columns (catalog, table): where
+    /// the files of the download's file columns may lie.
+    pub(crate) file_tables: Vec<(String, TableIdent)>,
 }
 
 /// A download of `plan`: every Iceberg table it reads pinned to one
@@ -113,8 +123,31 @@ pub(crate) async fn plan_download(
         Some(options) => crate::cluster::of_options(options)?,
         None => None,
     };
-    let (pinned, sources) = pin_snapshots(state, icestage, plan, cluster.as_ref()).await?;
+    let (pinned, sources, file_tables) =
+        pin_snapshots(state, icestage, plan, cluster.as_ref()).await?;
     let schema = crate::tables::ddl::iceberg_schema(pinned.schema().as_arrow())?;
+    if options.include_files {
+        if cluster.is_some() {
+            return Err(Error::invalid(
+                "include_files copies the rows' files in this process, not on a cluster: \
+                 SET icestage.cluster = '' for this download",
+            ));
+        }
+        if reference_columns(&schema).is_empty() || file_tables.is_empty() {
+            return Err(Error::invalid(format!(
+                "include_files = true copies the files of the result's FILE columns, and the \
+                 query selects none from a table that declares them (its columns: {}): select \
+                 a FILE column, or leave include_files out",
+                schema
+                    .as_struct()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
     let input = crate::tables::ddl::cast_to_table_types(pinned, &schema)?;
     let catalog = match &options.catalog {
         Some(name) => icestage.catalog(name)?.name().to_string(),
@@ -127,19 +160,24 @@ pub(crate) async fn plan_download(
         sources,
         options,
         remote: cluster.map(|c| (c, input.clone())),
+        file_tables,
     };
     Ok((spec, input))
 }
 
+/// The tables (catalog, table) a download reads that declare file columns.
+type FileTables = Vec<(String, TableIdent)>;
+
 /// `plan` with every Iceberg table of icestage's catalogs pinned to its
-/// current snapshot, and the snapshots read. For a cluster, each table is
-/// a recipe its executors can open.
+/// current snapshot, the snapshots read, and the tables read that declare
+/// file columns. For a cluster, each table is a recipe its executors can
+/// open.
 async fn pin_snapshots(
     state: &SessionState,
     icestage: &Icestage,
     plan: LogicalPlan,
     cluster: Option<&Cluster>,
-) -> Result<(LogicalPlan, BTreeMap<String, Option<i64>>)> {
+) -> Result<(LogicalPlan, BTreeMap<String, Option<i64>>, FileTables)> {
     let mut names = vec![];
     plan.apply(|node| {
         if let LogicalPlan::TableScan(scan) = node
@@ -151,6 +189,7 @@ async fn pin_snapshots(
     })?;
     let mut pinned: HashMap<String, Arc<dyn datafusion::catalog::TableProvider>> = HashMap::new();
     let mut sources = BTreeMap::new();
+    let mut file_tables = vec![];
     for name in names {
         let Ok((catalog, ident)) = icestage.resolve(state, &name) else {
             continue;
@@ -158,6 +197,9 @@ async fn pin_snapshots(
         let Ok(table) = catalog.catalog().load_table(&ident).await else {
             continue;
         };
+        if !file_columns(&table)?.is_empty() {
+            file_tables.push((catalog.name().to_string(), ident.clone()));
+        }
         let snapshot = table.metadata().current_snapshot_id();
         let provider: Arc<dyn datafusion::catalog::TableProvider> = match (cluster, snapshot) {
             (Some(cluster), _) => cluster.table(&table, snapshot)?,
@@ -181,7 +223,7 @@ async fn pin_snapshots(
             other => Ok(Transformed::no(other)),
         })?
         .data;
-    Ok((plan, sources))
+    Ok((plan, sources, file_tables))
 }
 
 pub(crate) async fn create_download(
@@ -193,7 +235,7 @@ pub(crate) async fn create_download(
     // on a cluster, the cluster plans it.
     let source = match (&spec.remote, ctx.input.clone(), ctx.session.as_ref()) {
         (Some((cluster, plan)), _, _) => Fill::on_cluster(cluster, plan)?,
-        (None, Some(input), Some(session)) => Fill::Here(input, session.task_ctx()),
+        (None, Some(input), Some(session)) => Fill::Here(input, session.task_ctx(), None),
         (None, _, _) => {
             return Err(Error::internal(
                 "CREATE DOWNLOAD runs with its query as input",
@@ -233,16 +275,27 @@ pub(crate) async fn create_download(
     if let Some(owner) = &options.owner {
         properties.insert(PROP_OWNER.to_string(), owner.clone());
     }
+    let references = reference_columns(&spec.schema);
+    if !references.is_empty() && !spec.file_tables.is_empty() {
+        properties.insert(PROP_FILE_COLUMNS.to_string(), references.join(","));
+    }
     properties.extend(crate::catalog::session_table_properties());
     let creation = TableCreation::builder()
         .name(ident.name().to_string())
         .schema(spec.schema.clone())
         .properties(properties)
         .build();
-    catalog
+    let table = catalog
         .catalog()
         .create_table(ident.namespace(), creation)
         .await?;
+    let source = match source {
+        Fill::Here(input, task, _) if options.include_files => {
+            let include = including(ctx, &catalog, &table, references, &spec.file_tables).await?;
+            Fill::Here(input, task, Some(include.into_map()))
+        }
+        other => other,
+    };
 
     let filling = tokio::spawn(fill(
         Arc::clone(&catalog),
@@ -268,4 +321,30 @@ pub(crate) async fn create_download(
         connection: catalog.connection_json()?,
         ran_on: crate::cluster::ran_on(spec.remote.as_ref().map(|(c, _)| c)),
     })
+}
+
+/// The copier of `include_files` for download table `table`: the files of
+/// its `columns`, from the file areas of `file_tables`.
+async fn including(
+    ctx: &CommandContext,
+    catalog: &Arc<crate::catalog::IcebergCatalog>,
+    table: &iceberg::table::Table,
+    columns: Vec<String>,
+    file_tables: &[(String, TableIdent)],
+) -> Result<IncludeFiles> {
+    let mut areas = vec![];
+    for (name, ident) in file_tables {
+        let source = ctx.icestage.catalog(name)?;
+        let read = source.catalog().load_table(ident).await?;
+        let location = source.placed_or_reported(&read).await?;
+        areas.push(Area::of(&read, &location));
+    }
+    let location = catalog.placed_or_reported(table).await?;
+    Ok(IncludeFiles::new(
+        Arc::clone(catalog),
+        table,
+        &location,
+        columns,
+        areas,
+    ))
 }

@@ -11,6 +11,7 @@
 
 pub(crate) mod access;
 pub(crate) mod create;
+pub(crate) mod files;
 pub(crate) mod fill;
 pub(crate) mod status;
 

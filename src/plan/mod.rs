@@ -129,7 +129,7 @@ async fn plan_statement(
             check_options(
                 "CREATE DOWNLOAD",
                 &options,
-                &["ttl", "wait", "lease", "owner", "catalog"],
+                &["ttl", "wait", "lease", "owner", "catalog", "include_files"],
             )?;
             let option = |name: &str| option(&options, name);
             let options = DownloadOptions {
@@ -144,6 +144,10 @@ async fn plan_statement(
                     .unwrap_or(std::time::Duration::from_secs(60)),
                 owner: option("owner").map(str::to_string),
                 catalog: option("catalog").map(str::to_string),
+                include_files: option("include_files")
+                    .map(|v| parse_bool("include_files", v))
+                    .transpose()?
+                    .unwrap_or(false),
             };
             // Redacted from the parsed query (every literal form), then the
             // text once more.
@@ -563,7 +567,14 @@ async fn plan_create_table(
         )));
     }
     let partition_by = create.partition_by.take();
-    let properties = ddl::table_properties(&create.table_options)?;
+    let mut properties = ddl::table_properties(&create.table_options)?;
+    let file_columns = crate::tables::files::declare(&mut create.columns);
+    let recorded = crate::tables::files::PROP_FILE_COLUMNS;
+    if let Some(value) =
+        crate::tables::files::property_value(properties.get(recorded), &file_columns)
+    {
+        properties.insert(recorded.to_string(), value);
+    }
     create.table_options = CreateTableOptions::None;
     let plan = state
         .statement_to_plan(DFStatement::Statement(Box::new(SqlStatement::CreateTable(
@@ -578,6 +589,10 @@ async fn plan_create_table(
     let (catalog, ident) = icestage.resolve(state, &memory.name)?;
     let arrow = memory.input.schema().as_arrow().clone();
     let schema = ddl::iceberg_schema(&arrow)?;
+    if let Some(columns) = properties.get(recorded) {
+        let columns: Vec<String> = columns.split(',').map(|c| c.trim().to_string()).collect();
+        crate::tables::files::check_columns(&schema, &columns)?;
+    }
     let partition_spec = partition_by
         .map(|by| ddl::partition_spec(&by, &schema))
         .transpose()?;

@@ -29,6 +29,10 @@ pub(crate) struct DownloadRequest {
     pub(crate) limit: Option<u64>,
     #[serde(default)]
     pub(crate) ttl: Option<String>,
+    /// Copy the files the rows' `FILE` columns reference into the
+    /// download's own folder (`include_files`).
+    #[serde(default)]
+    pub(crate) include_files: bool,
 }
 
 /// One condition; all of them must hold.

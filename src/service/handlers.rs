@@ -430,6 +430,7 @@ pub(crate) async fn create_download(
         ttl: ttl(request.ttl.as_deref())?,
         owner: Some(caller.0.name.clone()),
         catalog: Some(catalog.name().to_string()),
+        include_files: request.include_files,
         ..DownloadOptions::default()
     };
     let created = state.ops().create_download(query, options).await?;

@@ -123,7 +123,8 @@ fn api() -> Value {
                     "idempotency_key": {"type": "string", "description": "a retried create with the same key returns the same upload"}}},
                 "Upload": {"type": "object", "properties": {"upload_id": string, "staging_table": string,
                     "target_table": string, "state": string, "expires_at": string, "catalog": string,
-                    "connection": {"type": "object", "description": "properties for PyIceberg's load_catalog(name, **props): this service's Iceberg REST catalog (/iceberg) with a token for the staging table alone"}}},
+                    "connection": {"type": "object", "description": "properties for PyIceberg's load_catalog(name, **props): this service's Iceberg REST catalog (/iceberg) with a token for the staging table alone"},
+                    "files_location": {"type": "string", "nullable": true, "description": "where the client puts the files its rows reference (columns declared FILE), with the session's own access; verified and landed with the rows by the promotion"}}},
                 "UploadStatus": status.clone(),
                 "Published": {"type": "object", "properties": {"upload_id": string, "state": string,
                     "branch": string, "snapshot_id": {"type": "integer", "nullable": true},
@@ -143,7 +144,8 @@ fn api() -> Value {
                         "additionalProperties": false, "properties": {"column": string,
                         "op": {"type": "string", "enum": ["eq", "ne", "lt", "le", "gt", "ge", "in", "is_null", "not_null"]},
                         "value": {"description": "typed as the column: number, string, boolean, date or timestamp string, or an array for in"}}}},
-                    "limit": {"type": "integer", "minimum": 1}}},
+                    "limit": {"type": "integer", "minimum": 1},
+                    "include_files": {"type": "boolean", "default": false, "description": "copy the files the rows' FILE columns reference into the download's own folder (each verified against its row's size and SHA-256) and point the rows at the copies, so the download's access reaches them"}}},
             }
         }
     })

@@ -50,6 +50,11 @@ result_row! {
         pub catalog: String,
         /// A JSON object of catalog connection properties for a client.
         pub connection: String => json,
+        /// Where the client puts the files its rows reference (a column
+        /// declared `FILE`): the staging table's `files/` folder, reachable
+        /// with the session's own access. `NULL` on a catalog that places
+        /// tables itself (S3 Tables).
+        pub files_location: Option<String>,
     }
 }
 
@@ -125,14 +130,23 @@ pub(crate) fn staging_metadata(
 }
 
 /// What `CREATE UPLOAD` answers for session `id`.
-fn opened(
+async fn opened(
     catalog: &IcebergCatalog,
     id: &UploadId,
     target: &str,
     state: UploadState,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<UploadOpened> {
+    let ident = id.staging_table();
+    let location = match catalog.default_table_location(&ident) {
+        Some(location) if catalog.can_register_tables() => Some(location),
+        _ => match catalog.catalog().load_table(&ident).await {
+            Ok(table) => catalog.placed_location(&table),
+            Err(_) => None,
+        },
+    };
     Ok(UploadOpened {
+        files_location: location.map(|l| crate::tables::files::files_folder(&l)),
         upload_id: id.clone(),
         staging_table: id.staging_table().to_string(),
         target_table: target.to_string(),
@@ -160,13 +174,9 @@ async fn existing_upload(
         )));
     }
     let catalog = ctx.icestage.catalog(&record.catalog)?;
-    Ok(Some(opened(
-        catalog,
-        id,
-        target,
-        record.state,
-        record.expires_at,
-    )?))
+    Ok(Some(
+        opened(catalog, id, target, record.state, record.expires_at).await?,
+    ))
 }
 
 pub(crate) async fn create_upload(
@@ -298,6 +308,7 @@ pub(crate) async fn create_upload(
         UploadState::Open,
         Some(expires_at),
     )
+    .await
 }
 
 #[cfg(test)]

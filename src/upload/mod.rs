@@ -20,6 +20,7 @@ pub(crate) mod create;
 pub(crate) mod distribute;
 pub(crate) mod drift;
 pub(crate) mod enforce;
+pub(crate) mod files;
 pub(crate) mod findings;
 pub(crate) mod modes;
 pub(crate) mod promote;

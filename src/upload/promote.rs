@@ -382,7 +382,7 @@ async fn promote_claimed(
     let id = staging.id.clone();
     let path = transfer_path(staging, target);
     let copied = copies_first(staging, path);
-    let validation = validate(
+    let mut validation = validate(
         staging,
         target,
         options.verify,
@@ -391,6 +391,14 @@ async fn promote_claimed(
         key,
     )
     .await?;
+    // The files the rows reference, landed in the target's storage when
+    // nothing else stands in the way.
+    let relocation = if validation.reasons.is_empty() && !validation.files.is_empty() {
+        let land = validation.passed();
+        super::files::check(staging, target, &mut validation, copied, land).await?
+    } else {
+        None
+    };
     record_findings(staging, &validation).await?;
     staging.findings = Some(validation.finding_count() as i64);
     if !validation.passed() {
@@ -442,7 +450,7 @@ async fn promote_claimed(
         // client's keys could reach the staged ones), which then go.
         _ => {
             let verified = verified_files(staging, target, &validation.files, copied)?;
-            let rewritten = transfer::rewrite(staging, target, verified).await;
+            let rewritten = transfer::rewrite(staging, target, verified, relocation.as_ref()).await;
             if copied {
                 let location = target.metadata().location();
                 for copy in &validation.files {
@@ -571,7 +579,7 @@ async fn dry_run_validation(
     options: &PromoteOptions,
     key: Option<&[String]>,
 ) -> Result<Promotion> {
-    let validation = validate(
+    let mut validation = validate(
         staging,
         target,
         options.verify,
@@ -580,6 +588,9 @@ async fn dry_run_validation(
         key,
     )
     .await?;
+    if validation.reasons.is_empty() && !validation.files.is_empty() {
+        super::files::check(staging, target, &mut validation, false, false).await?;
+    }
     record_findings(staging, &validation).await?;
     staging.findings = Some(validation.finding_count() as i64);
     let lines = validation.summary(staging.id.as_str());

@@ -339,5 +339,14 @@ fn describe(target: &Table, verify: Verify) -> Result<Vec<String>> {
             ),
         });
     }
+    let files = crate::tables::files::file_columns(target)?;
+    if !files.is_empty() {
+        steps.push(format!(
+            "files of {}: each reference under the upload's files_location, copied into the \
+             target's files/<upload id>/ and its size, SHA-256 and content type checked on the \
+             copy; the rows' uris rewritten to the copies",
+            files.join(", ")
+        ));
+    }
     Ok(steps)
 }

@@ -40,6 +40,8 @@ pub(crate) struct Validation {
     pub(crate) findings: Vec<Finding>,
     /// The cluster the proof or the rules' scans ran on; `None`: this process.
     pub(crate) cluster: Option<Cluster>,
+    /// File references that failed (`upload::files`), all of them counted.
+    pub(crate) file_problems: u64,
 }
 
 impl Validation {
@@ -55,7 +57,7 @@ impl Validation {
 
     /// Every violation, counted.
     pub(crate) fn finding_count(&self) -> u64 {
-        self.violations.values().map(|(_, n)| n).sum()
+        self.violations.values().map(|(_, n)| n).sum::<u64>() + self.file_problems
     }
 
     /// One line per problem: the table-level reasons, then a summary per
@@ -72,6 +74,18 @@ impl Validation {
         }
         lines
     }
+}
+
+/// Where promoted rows' file references point: `uri`s starting with `from`
+/// are rewritten to start with `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Relocation {
+    /// The target's file columns.
+    pub(crate) columns: Vec<String>,
+    /// The session's `files_location`, with a trailing `/`.
+    pub(crate) from: String,
+    /// The target's folder for this upload's files, with a trailing `/`.
+    pub(crate) to: String,
 }
 
 /// How promotion proves what it promotes.
@@ -202,7 +216,10 @@ pub(crate) fn transfer_path(staging: &Staging, target: &Table) -> TransferPath {
         Matching::ById,
     )
     .is_empty();
-    match (same_ids, staging.catalog.zero_copy_safe()) {
+    // Rows with file references are rewritten: each uri then names the
+    // file's copy in the target's storage.
+    let references = crate::tables::files::file_columns(target).is_ok_and(|c| !c.is_empty());
+    match (same_ids && !references, staging.catalog.zero_copy_safe()) {
         (true, true) => TransferPath::ZeroCopy,
         (true, false) => TransferPath::Copy,
         (false, _) => TransferPath::Rewrite,

@@ -162,7 +162,7 @@ fn kill_at(warehouse: &Warehouse, id: &str, failpoint: &str) {
 }
 
 /// Runs `sql` in a shell process that is SIGKILLed at `failpoint`.
-fn kill_sql_at(warehouse: &Warehouse, sql: &str, failpoint: &str) {
+pub(crate) fn kill_sql_at(warehouse: &Warehouse, sql: &str, failpoint: &str) {
     let mut command = icestage(warehouse, sql);
     command.env("ICESTAGE_FAILPOINT", failpoint);
     let mut child = spawn(command);

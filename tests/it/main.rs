@@ -9,6 +9,7 @@ mod docs;
 mod downloads;
 mod embedding;
 mod exactly_once;
+mod files;
 mod fuzz;
 mod ingest;
 mod insert;

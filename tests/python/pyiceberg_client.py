@@ -16,9 +16,16 @@ JSON for the Rust test to check.
     pyiceberg_client.py delete   CONNECTION TABLE FILTER   (rows matching FILTER)
     pyiceberg_client.py add-file CONNECTION TABLE PATH ROW  (ROW, a JSON object, written
                                  to a Parquet file at PATH and appended as it is)
+    pyiceberg_client.py put-files CONNECTION STAGING_TABLE FILES_LOCATION COUNT
+                                 (COUNT PNG images written under FILES_LOCATION with the
+                                 table's own file IO, and one row per image naming it)
+    pyiceberg_client.py open-files CONNECTION TABLE  (every row's photo opened by its uri
+                                 and hashed)
 """
 
+import hashlib
 import json
+import random
 import sys
 import tempfile
 from datetime import UTC, datetime, timedelta
@@ -216,6 +223,52 @@ def rogue_nulls(connection: str, table: str, column: str) -> None:
     print(json.dumps({"rogue_file": path}))
 
 
+def png(seed: int, size: int) -> bytes:
+    """A PNG's signature followed by `size - 8` bytes from `seed`."""
+    return b"\x89PNG\r\n\x1a\n" + random.Random(seed).randbytes(size - 8)
+
+
+def put_files(connection: str, staging_table: str, files_location: str, count: int) -> None:
+    staging = catalog(connection).load_table(staging_table)
+    rows = []
+    for n in range(count):
+        data = png(n, 2000 + 997 * n)
+        uri = f"{files_location}/camera/{n:04}.png"
+        with staging.io.new_output(uri).create() as out:
+            out.write(data)
+        rows.append({
+            "id": n,
+            "photo": {
+                "uri": uri,
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "content_type": "image/png",
+            },
+            "caption": f"picture {n}",
+        })
+    # The schema, with its required/optional flags, comes from the table.
+    staging.append(pa.Table.from_pylist(rows, schema=staging.schema().as_arrow()))
+    print(json.dumps({"files": count}))
+
+
+def open_files(connection: str, table: str) -> None:
+    t = catalog(connection).load_table(table)
+    rows = t.scan().to_arrow().to_pylist()
+    opened = []
+    for row in rows:
+        photo = row["photo"]
+        with t.io.new_input(photo["uri"]).open() as f:
+            data = f.read()
+        opened.append({
+            "id": row["id"],
+            "uri": photo["uri"],
+            "matches": len(data) == photo["size"]
+            and hashlib.sha256(data).hexdigest() == photo["sha256"]
+            and data == png(row["id"], 2000 + 997 * row["id"]),
+        })
+    print(json.dumps({"rows": len(rows), "opened": sorted(opened, key=lambda r: r["id"])}))
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
     {
@@ -230,4 +283,6 @@ if __name__ == "__main__":
         "rogue-nulls": rogue_nulls,
         "delete": delete,
         "add-file": add_file,
+        "put-files": lambda c, t, loc, n: put_files(c, t, loc, int(n)),
+        "open-files": open_files,
     }[command](*args)

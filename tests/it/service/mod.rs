@@ -3,6 +3,7 @@
 //! restart, SIGTERM), webhooks, the source design's Python client, and a
 //! bounded load test. This file holds what they share.
 
+mod files;
 mod load;
 mod oauth;
 mod observe;
@@ -312,7 +313,7 @@ async fn complete_promoted(http: &reqwest::Client, api: &str, id: &str, rows: i6
     );
 }
 
-async fn wait_state(client: &reqwest::Client, url: &str, states: &[&str]) -> Value {
+pub(super) async fn wait_state(client: &reqwest::Client, url: &str, states: &[&str]) -> Value {
     poll(url, states, || async {
         client
             .get(url)

@@ -56,11 +56,20 @@ fn token_of(connection: &Value) -> String {
     text(connection, "token")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn remote_signing_reaches_storage_without_any_key() {
+/// A service on the S3 emulator, which from its start refuses any request
+/// not signed with the service's own identity (or its policy's leave):
+/// remote signing required, `tokens` its `[[service.tokens]]` (TOML), the
+/// payments target created, then `statements` run on its catalog.
+pub(super) struct SignedService {
+    pub(super) service: Service,
+    pub(super) moto: Moto,
+    /// The service's identity (`access_key_id`, `secret_access_key`).
+    pub(super) keys: Value,
+    _warehouse: Warehouse,
+}
+
+pub(super) async fn signed_service(tokens: &str, statements: &[&str]) -> SignedService {
     let moto = Moto::start();
-    // The service's identity; from here on the emulator refuses any
-    // request not signed with it (or without its policy's leave).
     let keys: Value = serde_json::from_str(&python_script(
         "aws_setup.py",
         &["signing-identity", &moto.endpoint, "lake"],
@@ -80,12 +89,7 @@ listen = "127.0.0.1:0"
 requests_per_minute = 100000
 require_remote_signing = true
 metrics_token = "sk_metrics"
-[[service.tokens]]
-name = "acme"
-token = "{TOKEN}"
-tables = ["payments.transactions"]
-operations = ["upload", "download"]
-"#,
+{tokens}"#,
         catalog = super::s3_catalog_toml(warehouse.path(), &moto.endpoint, &identity),
     );
     std::fs::write(&path, &config).unwrap();
@@ -97,8 +101,29 @@ operations = ["upload", "download"]
             .unwrap();
         icestage::register(&ctx, catalogs).await.unwrap();
         create_target(&ctx).await;
+        crate::common::setup(&ctx, statements).await;
     }
-    let service = Service::start(&path);
+    SignedService {
+        service: Service::start(&path),
+        moto,
+        keys,
+        _warehouse: warehouse,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_signing_reaches_storage_without_any_key() {
+    let tokens = format!(
+        r#"
+[[service.tokens]]
+name = "acme"
+token = "{TOKEN}"
+tables = ["payments.transactions"]
+operations = ["upload", "download"]
+"#
+    );
+    let signed = signed_service(&tokens, &[]).await;
+    let (moto, service) = (&signed.moto, &signed.service);
     let api = service.url.clone();
     let http = reqwest::Client::new();
 
