@@ -111,8 +111,9 @@ async fn stream_copy(source: &FileIO, sink: &FileIO, from: &str, to: &str) -> Re
 fn copied(bytes: u64, how: &'static str) {
     crate::metrics::count(
         "icestage_promotion_copied_bytes_total",
-        "Bytes of staged files copied into targets' storage before verification, by how: \
-         server_side (S3 CopyObject, no byte through the service) or streamed.",
+        "Bytes copied between storages before verification (a promotion's staged data and \
+         referenced files, a download's included files), by how: server_side (S3 CopyObject, \
+         no byte through the service) or streamed.",
         &[("how", how)],
         bytes as f64,
     );

@@ -69,6 +69,9 @@ pub(crate) const MAX_VALUE: usize = 8 * 1024;
 pub(crate) struct Scope<'a> {
     pub(crate) location: &'a str,
     pub(crate) write: bool,
+    /// Objects (`s3://bucket/key`) it may read besides its location: the
+    /// files a download's rows name.
+    pub(crate) reads: Option<&'a std::collections::HashSet<String>>,
 }
 
 /// A request the scope allows, as it will be signed.
@@ -210,7 +213,7 @@ pub(crate) fn check(
             })
         }
         "GET" | "HEAD" => {
-            if !inside {
+            if !inside && !scope.reads.is_some_and(|reads| reads.contains(&path)) {
                 return outside();
             }
             if !only(&["partNumber"]) {
@@ -427,6 +430,7 @@ mod tests {
         let scope = Scope {
             location: LOCATION,
             write,
+            reads: None,
         };
         let store = store(&[("s3.endpoint", "http://127.0.0.1:5000")]);
         match check(&scope, &store, &request(method, uri, headers)) {
@@ -546,10 +550,46 @@ mod tests {
     }
 
     #[test]
+    fn a_download_reads_the_files_its_rows_name_and_nothing_beside_them() {
+        let named =
+            std::collections::HashSet::from(["s3://lake/media/photos/files/u1/a.png".to_string()]);
+        let scope = Scope {
+            location: "s3://lake/downloads/download_1",
+            write: false,
+            reads: Some(&named),
+        };
+        let store = store(&[("s3.endpoint", "http://127.0.0.1:5000")]);
+        let verdict = |method: &str, key: &str| {
+            let uri = format!("http://127.0.0.1:5000/lake/{key}");
+            match check(&scope, &store, &request(method, &uri, &[])) {
+                Ok(_) => "ok".to_string(),
+                Err(why) => why,
+            }
+        };
+        assert_eq!(verdict("GET", "media/photos/files/u1/a.png"), "ok");
+        assert_eq!(verdict("HEAD", "media/photos/files/u1/a.png"), "ok");
+        assert_eq!(verdict("GET", "downloads/download_1/data/x.parquet"), "ok");
+        for (method, key) in [
+            ("GET", "media/photos/files/u1/b.png"),
+            ("GET", "media/photos/files/u1/a.png.bak"),
+            ("GET", "media/photos/files/u1/"),
+        ] {
+            assert!(
+                verdict(method, key).contains("outside this session's table"),
+                "{method} {key}: {}",
+                verdict(method, key)
+            );
+        }
+        assert!(verdict("PUT", "media/photos/files/u1/a.png").contains("cannot write"));
+        assert!(verdict("DELETE", "media/photos/files/u1/a.png").contains("never deletes"));
+    }
+
+    #[test]
     fn a_virtual_hosted_request_is_read_by_its_host() {
         let scope = Scope {
             location: LOCATION,
             write: false,
+            reads: None,
         };
         let aws = store(&[("region", "eu-west-1")]);
         let ok = request(

@@ -15,7 +15,7 @@ use iceberg::spec::Schema;
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 use iceberg_datafusion::IcebergStaticTableProvider;
 
-use super::files::{Area, IncludeFiles};
+use super::files::{Area, Files, IncludeFiles, References, Referencing};
 use super::fill::{Fill, fill};
 use super::{
     DOWNLOADS_NAMESPACE, DownloadId, DownloadState, PROP_DOWNLOAD_ID, PROP_HEARTBEAT_AT,
@@ -290,9 +290,16 @@ pub(crate) async fn create_download(
         .create_table(ident.namespace(), creation)
         .await?;
     let source = match source {
-        Fill::Here(input, task, _) if options.include_files => {
-            let include = including(ctx, &catalog, &table, references, &spec.file_tables).await?;
-            Fill::Here(input, task, Some(include.into_map()))
+        Fill::Here(input, task, _) if !references.is_empty() && !spec.file_tables.is_empty() => {
+            let areas = areas(ctx, &spec.file_tables).await?;
+            let location = catalog.placed_or_reported(&table).await?;
+            let of = Referencing::new(&table, &location, references, areas);
+            let files = if options.include_files {
+                Files::Include(Arc::new(IncludeFiles::new(Arc::clone(&catalog), of)))
+            } else {
+                Files::Name(Arc::new(References::new(of)))
+            };
+            Fill::Here(input, task, Some(files))
         }
         other => other,
     };
@@ -323,15 +330,9 @@ pub(crate) async fn create_download(
     })
 }
 
-/// The copier of `include_files` for download table `table`: the files of
-/// its `columns`, from the file areas of `file_tables`.
-async fn including(
-    ctx: &CommandContext,
-    catalog: &Arc<crate::catalog::IcebergCatalog>,
-    table: &iceberg::table::Table,
-    columns: Vec<String>,
-    file_tables: &[(String, TableIdent)],
-) -> Result<IncludeFiles> {
+/// The file areas of `file_tables`, the tables a download reads that
+/// declare file columns.
+async fn areas(ctx: &CommandContext, file_tables: &[(String, TableIdent)]) -> Result<Vec<Area>> {
     let mut areas = vec![];
     for (name, ident) in file_tables {
         let source = ctx.icestage.catalog(name)?;
@@ -339,12 +340,5 @@ async fn including(
         let location = source.placed_or_reported(&read).await?;
         areas.push(Area::of(&read, &location));
     }
-    let location = catalog.placed_or_reported(table).await?;
-    Ok(IncludeFiles::new(
-        Arc::clone(catalog),
-        table,
-        &location,
-        columns,
-        areas,
-    ))
+    Ok(areas)
 }

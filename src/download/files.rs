@@ -1,8 +1,14 @@
-//! `CREATE DOWNLOAD ... WITH (include_files = true)`: the files a
-//! download's rows reference ([`crate::tables::files`]) are copied into the
-//! download's own `files/` folder as the rows are written, and each row's
-//! `uri` names the copy, so whatever reads the download table (its access
-//! reaches the table's location) reads the files too.
+//! The files a download's rows reference ([`crate::tables::files`]).
+//!
+//! Without `include_files`, the rows keep the URIs of the files in their
+//! table's `files/` folder, and the ones that lie there are recorded with
+//! the download ([`References`]): the REST catalog signs the download's
+//! reads of exactly those files, besides its own table.
+//!
+//! With `CREATE DOWNLOAD ... WITH (include_files = true)`, the files are
+//! copied into the download's own `files/` folder as the rows are written,
+//! and each row's `uri` names the copy, so whatever reads the download
+//! table (its access reaches the table's location) reads the files too.
 //!
 //! A file is copied only when it lies in the `files/` folder of a table the
 //! download reads (never outside it, never through a symbolic link), and
@@ -12,7 +18,7 @@
 //! rows name is copied once, and go with the download table when it is
 //! dropped or expires.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray, StructArray};
@@ -47,26 +53,90 @@ impl Area {
             io: table.file_io().clone(),
         }
     }
+
+    /// Whether `uri` names a file in this area (not the folder itself, no
+    /// `..`, never through a symbolic link).
+    fn holds(&self, uri: &str) -> bool {
+        uri.starts_with(&self.prefix)
+            && uri.len() > self.prefix.len()
+            && is_under(uri, &self.location)
+            && !through_link(uri, &self.location)
+    }
 }
 
-/// Copies the files of one download's rows, batch by batch.
-pub(crate) struct IncludeFiles {
+/// What a download does with the files its rows reference.
+pub(crate) enum Files {
+    /// Copies them into its own folder (`include_files`).
+    Include(Arc<IncludeFiles>),
+    /// Records which ones its rows name, for its signed reads.
+    Name(Arc<References>),
+}
+
+impl Files {
+    /// The writer's hook, run on each batch before it is written.
+    pub(crate) fn map(&self) -> BatchMap {
+        match self {
+            Self::Include(include) => {
+                let include = Arc::clone(include);
+                Arc::new(move |batch| {
+                    let include = Arc::clone(&include);
+                    Box::pin(async move { include.batch(batch).await })
+                })
+            }
+            Self::Name(references) => {
+                let references = Arc::clone(references);
+                Arc::new(move |batch| {
+                    let recorded = references.batch(&batch).map(|()| batch);
+                    Box::pin(async move { recorded })
+                })
+            }
+        }
+    }
+
+    /// Once every row is written: the record of the named files saved.
+    pub(crate) async fn finish(&self) -> Result<()> {
+        match self {
+            Self::Include(_) => Ok(()),
+            Self::Name(references) => references.save().await,
+        }
+    }
+}
+
+/// Longest URI recorded as readable (a longer one is not signed).
+const MAX_URI: usize = 2048;
+
+/// Where a download records the files its rows name, one URI per line.
+fn references_path(location: &str) -> String {
+    format!(
+        "{}/metadata/icestage-file-references.txt",
+        location.trim_end_matches('/')
+    )
+}
+
+/// The files one download's rows name that lie in the `files/` folder of a
+/// table it reads, gathered as the rows are written and saved with the
+/// download (its `metadata/` folder, which only icestage writes).
+pub(crate) struct References {
+    of: Referencing,
+    named: std::sync::Mutex<BTreeSet<String>>,
+}
+
+/// A download table whose file columns reference files in the `files/`
+/// folders of the tables it reads.
+pub(crate) struct Referencing {
     download: String,
     columns: Vec<String>,
     areas: Vec<Area>,
-    /// `<download location>/files/`.
-    to: String,
+    /// The download table's storage.
     io: FileIO,
-    catalog: Arc<IcebergCatalog>,
-    /// Each file met so far: its copy, or why it cannot be handed out.
-    copied: tokio::sync::Mutex<HashMap<String, std::result::Result<String, String>>>,
+    /// The download table's assigned location.
+    location: String,
 }
 
-impl IncludeFiles {
-    /// Copies for download table `table` (stored at `location`) of the
-    /// files its `columns` reference, which must lie in one of `areas`.
+impl Referencing {
+    /// Download table `table`, stored at `location`, whose `columns`
+    /// reference files that may lie in `areas`.
     pub(crate) fn new(
-        catalog: Arc<IcebergCatalog>,
         table: &Table,
         location: &str,
         columns: Vec<String>,
@@ -76,27 +146,121 @@ impl IncludeFiles {
             download: table.identifier().to_string(),
             columns,
             areas,
-            to: format!("{}/", files_folder(location)),
             io: table.file_io().clone(),
+            location: location.to_string(),
+        }
+    }
+}
+
+impl References {
+    /// A record of the files `of`'s rows name.
+    pub(crate) fn new(of: Referencing) -> Self {
+        Self {
+            of,
+            named: std::sync::Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Records the files `batch` names.
+    fn batch(&self, batch: &RecordBatch) -> Result<()> {
+        let mut named = self
+            .named
+            .lock()
+            .map_err(|_| Error::internal("a download's file references"))?;
+        for column in &self.of.columns {
+            let Some(refs) = batch.column_by_name(column).and_then(|c| c.as_struct_opt()) else {
+                continue;
+            };
+            for row in 0..refs.len() {
+                if refs.is_null(row) {
+                    continue;
+                }
+                let Some(uri) = text_field(refs, "uri", row) else {
+                    continue;
+                };
+                if uri.len() > MAX_URI || !self.of.areas.iter().any(|a| a.holds(&uri)) {
+                    continue;
+                }
+                named.insert(uri);
+                if named.len() > MAX_FILES {
+                    return Err(Error::invalid(format!(
+                        "download {} names more than {MAX_FILES} distinct files; one download \
+                         reaches at most {MAX_FILES}: narrow the query",
+                        self.of.download
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn save(&self) -> Result<()> {
+        let text = {
+            let named = self
+                .named
+                .lock()
+                .map_err(|_| Error::internal("a download's file references"))?;
+            named.iter().cloned().collect::<Vec<_>>().join("\n")
+        };
+        self.of
+            .io
+            .new_output(references_path(&self.of.location))?
+            .write(text.into())
+            .await?;
+        Ok(())
+    }
+}
+
+/// The files a download stored at `location` may read besides its own
+/// table, as recorded when it was filled (none when its rows name none).
+pub(crate) async fn named_files(io: &FileIO, location: &str) -> Result<HashSet<String>> {
+    let path = references_path(location);
+    let input = io.new_input(&path)?;
+    if !input.exists().await? {
+        return Ok(HashSet::new());
+    }
+    let size = input.metadata().await?.size;
+    let most = (MAX_FILES * (MAX_URI + 1)) as u64;
+    if size > most {
+        return Err(Error::internal(format!(
+            "{path} holds {size} bytes, more than a download's {MAX_FILES} file references \
+             take ({most})"
+        )));
+    }
+    let bytes = input.read().await?;
+    Ok(String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+/// Copies the files of one download's rows, batch by batch.
+pub(crate) struct IncludeFiles {
+    of: Referencing,
+    /// `<download location>/files/`.
+    to: String,
+    catalog: Arc<IcebergCatalog>,
+    /// Each file met so far: its copy, or why it cannot be handed out.
+    copied: tokio::sync::Mutex<HashMap<String, std::result::Result<String, String>>>,
+}
+
+impl IncludeFiles {
+    /// Copies of the files `of`'s rows reference, made with `catalog`'s
+    /// storage settings.
+    pub(crate) fn new(catalog: Arc<IcebergCatalog>, of: Referencing) -> Self {
+        Self {
+            to: format!("{}/", files_folder(&of.location)),
+            of,
             catalog,
             copied: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
 
-    /// The writer's hook: each batch with its files copied and its
-    /// references naming the copies.
-    pub(crate) fn into_map(self) -> BatchMap {
-        let files = Arc::new(self);
-        Arc::new(move |batch| {
-            let files = Arc::clone(&files);
-            Box::pin(async move { files.batch(batch).await })
-        })
-    }
-
     /// `batch` with each file column's references copied and rewritten.
     async fn batch(&self, batch: RecordBatch) -> Result<RecordBatch> {
         let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
-        for name in &self.columns {
+        for name in &self.of.columns {
             let Some(index) = batch.schema().index_of(name).ok() else {
                 continue;
             };
@@ -127,13 +291,13 @@ impl IncludeFiles {
                     Some(Err(why)) => {
                         return Err(Error::invalid(format!(
                             "download {}: column '{name}': file '{uri}' {why}",
-                            self.download
+                            self.of.download
                         )));
                     }
                     None => {
                         return Err(Error::internal(format!(
                             "download {}: file '{uri}' was not copied",
-                            self.download
+                            self.of.download
                         )));
                     }
                 }
@@ -161,7 +325,7 @@ impl IncludeFiles {
                     "download {}: a file reference lacks its uri, size or sha256, so its file \
                      cannot be included: select rows whose references are whole, or download \
                      without include_files",
-                    self.download
+                    self.of.download
                 )));
             };
             if !copied.contains_key(&uri) {
@@ -173,7 +337,7 @@ impl IncludeFiles {
                 "download {} references more than {MAX_FILES} distinct files; one download \
                  includes at most {MAX_FILES}: narrow the query, or download without \
                  include_files",
-                self.download
+                self.of.download
             )));
         }
         Ok(wanted
@@ -190,7 +354,7 @@ impl IncludeFiles {
         size: i64,
         sha256: &str,
     ) -> Result<std::result::Result<String, String>> {
-        let Some(area) = self.areas.iter().find(|a| uri.starts_with(&a.prefix)) else {
+        let Some(area) = self.of.areas.iter().find(|a| uri.starts_with(&a.prefix)) else {
             return Ok(Err(
                 "is not in the files/ folder of a table the download reads; only files \
                  promoted with a table's rows are included"
@@ -230,9 +394,9 @@ impl IncludeFiles {
         let copy = format!("{}{}", self.to, sha256.to_ascii_lowercase());
         // A copy of these bytes already made (another row, an earlier
         // batch of another partition) is kept when whole.
-        let kept = match self.io.new_input(&copy)?.metadata().await {
+        let kept = match self.of.io.new_input(&copy)?.metadata().await {
             Ok(meta) if meta.size == stored => {
-                hash(&self.io, &copy, stored).await?.0 == copy_name(&copy)
+                hash(&self.of.io, &copy, stored).await?.0 == copy_name(&copy)
             }
             _ => false,
         };
@@ -245,14 +409,14 @@ impl IncludeFiles {
                         .map_err(|e| Error::internal(format!("copying {uri}: {e}")))??;
                 }
                 _ => {
-                    Copier::new(&self.catalog, &area.io, &self.io)
+                    Copier::new(&self.catalog, &area.io, &self.of.io)
                         .copy(uri, &copy)
                         .await?;
                 }
             }
-            let (hashed, _) = hash(&self.io, &copy, stored).await?;
+            let (hashed, _) = hash(&self.of.io, &copy, stored).await?;
             if !hashed.eq_ignore_ascii_case(sha256) {
-                let _ = self.io.delete(&copy).await;
+                let _ = self.of.io.delete(&copy).await;
                 return Ok(Err(format!(
                     "hashes to SHA-256 {hashed}; its row says {sha256}: the stored file changed \
                      after it was verified"

@@ -14,10 +14,11 @@ use datafusion::execution::TaskContext;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 
+use super::files::Files;
 use super::{Download, DownloadId, DownloadState, PROP_FILES, PROP_HEARTBEAT_AT, PROP_ROWS};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::{Evidence, append_once};
-use crate::catalog::writer::{BatchMap, write_partitions};
+use crate::catalog::writer::write_partitions;
 use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::session::{PROP_MESSAGE, PROP_STATE, failpoint};
@@ -56,9 +57,9 @@ async fn heartbeat(catalog: Arc<IcebergCatalog>, id: DownloadId, lease: Duration
 
 /// Where a download's rows are computed and written.
 pub(crate) enum Fill {
-    /// In this process: every partition of the plan on its own task, each
-    /// batch passed through the map first, if any.
-    Here(Arc<dyn ExecutionPlan>, Arc<TaskContext>, Option<BatchMap>),
+    /// In this process: every partition of the plan on its own task, the
+    /// files its rows reference handled as they are written.
+    Here(Arc<dyn ExecutionPlan>, Arc<TaskContext>, Option<Files>),
     /// On a cluster: the executors run the query and write the files.
     #[cfg(feature = "cluster")]
     Cluster(Cluster, Box<LogicalPlan>),
@@ -96,7 +97,14 @@ async fn write(catalog: &IcebergCatalog, id: &DownloadId, source: Fill) -> Resul
     let table = catalog.catalog().load_table(&id.table()).await?;
     let prefix = format!("icestage-download-{id}");
     let files = match source {
-        Fill::Here(input, task, map) => write_partitions(&table, &prefix, input, task, map).await?,
+        Fill::Here(input, task, files) => {
+            let map = files.as_ref().map(Files::map);
+            let written = write_partitions(&table, &prefix, input, task, map).await?;
+            if let Some(files) = &files {
+                files.finish().await?;
+            }
+            written
+        }
         #[cfg(feature = "cluster")]
         Fill::Cluster(cluster, query) => {
             let ctx = cluster.context().await?;

@@ -42,6 +42,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::rows::ResultRow;
 use crate::upload::{UploadId, UploadState};
 
+/// Downloads whose named files are kept in memory at once.
+const NAMED_FILES_CACHED: usize = 256;
+
 /// The service's shared state.
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
@@ -68,6 +71,10 @@ struct Inner {
     /// a second promotion here (another replica's is still safe: exactly
     /// once holds in the catalog).
     promoting: Mutex<HashSet<String>>,
+    /// The files each ready download's rows name, by its location, once
+    /// read ([`crate::download::files::named_files`]): what its signed
+    /// reads reach besides its table. At most [`NAMED_FILES_CACHED`].
+    named_files: Mutex<std::collections::HashMap<String, Arc<HashSet<String>>>>,
     /// The credentials each catalog's storage requests are signed with, by
     /// catalog, once resolved.
     signing: Mutex<
@@ -154,6 +161,7 @@ impl AppState {
 
             public_url: std::sync::OnceLock::new(),
             promoting: Mutex::default(),
+            named_files: Mutex::default(),
             signing: Mutex::default(),
         })))
     }
@@ -196,6 +204,32 @@ impl AppState {
     /// The credentials storage requests to `catalog` are signed with: the
     /// catalog's own (its configured keys, or the default chain), resolved
     /// once per catalog and refreshed by their provider.
+    /// The files download access `grant` may read besides its table.
+    pub(crate) async fn named_files(
+        &self,
+        grant: &crate::credentials::vend::Grant,
+    ) -> Result<Arc<HashSet<String>>> {
+        let cached = self
+            .0
+            .named_files
+            .lock()
+            .expect("named files")
+            .get(&grant.location)
+            .cloned();
+        if let Some(named) = cached {
+            return Ok(named);
+        }
+        let named = Arc::new(
+            crate::download::files::named_files(grant.table.file_io(), &grant.location).await?,
+        );
+        let mut cache = self.0.named_files.lock().expect("named files");
+        if cache.len() >= NAMED_FILES_CACHED {
+            cache.clear();
+        }
+        cache.insert(grant.location.clone(), Arc::clone(&named));
+        Ok(named)
+    }
+
     pub(crate) async fn signing_credentials(
         &self,
         catalog: &crate::catalog::IcebergCatalog,

@@ -1105,10 +1105,21 @@ async fn sign_storage_request(
         }
         None => false,
     };
+    // A download reads, besides its table, the files its rows name.
+    let named = match &access.upload {
+        Some(_) => None,
+        None => Some(
+            state
+                .named_files(&access.grant)
+                .await
+                .map_err(RestError::from)?,
+        ),
+    };
     let aws = access.grant.catalog.aws();
     let scope = Scope {
         location: &access.grant.location,
         write,
+        reads: named.as_deref(),
     };
     let allowed = check(&scope, aws, &request).map_err(refused)?;
     let credentials = state

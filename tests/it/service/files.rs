@@ -88,7 +88,8 @@ operations = ["catalog"]
     ))
     .unwrap();
     assert_eq!(opened["rows"], 20, "{opened}");
-    for row in opened["opened"].as_array().unwrap() {
+    let promoted = opened["opened"].as_array().unwrap().clone();
+    for row in &promoted {
         assert_eq!(row["matches"], true, "{row}");
         let uri = text(row, "uri");
         assert!(
@@ -100,17 +101,67 @@ operations = ["catalog"]
     // A download of some rows with their files: the rows name copies in the
     // download's own folder, which its connection alone (signed reads of
     // its location) opens.
-    let download = post_json(
+    let (download, uris) = download_and_open(
         &http,
-        format!("{api}/downloads"),
+        &api,
         json!({"table": "media.photos", "include_files": true,
                "filter": [{"column": "id", "op": "lt", "value": 5}]}),
+        5,
     )
     .await;
-    let download_id = text(&download, "download_id");
-    let ready = wait_state(
+    let copies = format!(
+        "s3://lake/wh/downloads/download_{}/files/",
+        text(&download, "download_id")
+    );
+    assert!(uris.iter().all(|uri| uri.starts_with(&copies)), "{uris:?}");
+
+    // Without include_files the rows keep the table's own URIs, and the
+    // download's connection reads exactly the files its rows name, each
+    // read signed by the catalog; a promoted file its rows do not name is
+    // refused.
+    let (plain, uris) = download_and_open(
         &http,
-        &format!("{api}/downloads/{download_id}"),
+        &api,
+        json!({"table": "media.photos",
+               "filter": [{"column": "id", "op": "lt", "value": 3}]}),
+        3,
+    )
+    .await;
+    let own = format!("s3://lake/wh/media/photos/files/{id}/");
+    assert!(uris.iter().all(|uri| uri.starts_with(&own)), "{uris:?}");
+    let token = text(&plain["connection"], "token");
+    let unnamed = promoted
+        .iter()
+        .find(|row| row["id"] == 10)
+        .map(|row| text(row, "uri"))
+        .unwrap();
+    let object = format!(
+        "{}/{}",
+        moto.endpoint,
+        unnamed.strip_prefix("s3://").unwrap()
+    );
+    let (status, refused) = super::signing::sign(&http, &api, &token, "GET", &object).await;
+    assert_eq!(status, 403, "{refused}");
+    assert!(
+        refused.to_string().contains("outside this session's table"),
+        "{refused}"
+    );
+}
+
+/// Creates the download `request` asks for, waits until it is ready and
+/// has PyIceberg open every row's file with the download's connection
+/// alone: the answer of `POST /downloads` and the rows' URIs, each file
+/// checked against its row.
+async fn download_and_open(
+    http: &reqwest::Client,
+    api: &str,
+    request: Value,
+    rows: usize,
+) -> (Value, Vec<String>) {
+    let download = post_json(http, format!("{api}/downloads"), request).await;
+    let ready = wait_state(
+        http,
+        &format!("{api}/downloads/{}", text(&download, "download_id")),
         &["ready", "failed"],
     )
     .await;
@@ -124,15 +175,11 @@ operations = ["catalog"]
         ],
     ))
     .unwrap();
-    assert_eq!(opened["rows"], 5, "{opened}");
+    assert_eq!(opened["rows"], rows, "{opened}");
+    let mut uris = vec![];
     for row in opened["opened"].as_array().unwrap() {
         assert_eq!(row["matches"], true, "{row}");
-        let uri = text(row, "uri");
-        assert!(
-            uri.starts_with(&format!(
-                "s3://lake/wh/downloads/download_{download_id}/files/"
-            )),
-            "{uri}"
-        );
+        uris.push(text(row, "uri"));
     }
+    (download, uris)
 }

@@ -11,7 +11,7 @@ use crate::common::{Warehouse, python_script};
 
 /// Asks the service at `api` to sign `method uri` for the session of
 /// `token`: the status and the answer.
-async fn sign(
+pub(super) async fn sign(
     http: &reqwest::Client,
     api: &str,
     token: &str,
