@@ -68,6 +68,13 @@ fn conform(batch: &RecordBatch, schema: &ArrowSchemaRef, table: &str) -> Result<
 pub(crate) const CODEC_PROPERTY: &str = "write.parquet.compression-codec";
 /// The table property naming the codec's level.
 const LEVEL_PROPERTY: &str = "write.parquet.compression-level";
+/// Iceberg's table property bounding a row group's bytes (as the writer
+/// estimates them, encoded): a writer holds one row group in memory.
+pub(crate) const ROW_GROUP_BYTES_PROPERTY: &str = "write.parquet.row-group-size-bytes";
+/// The table property bounding a row group's rows (PyIceberg's name).
+const ROW_GROUP_ROWS_PROPERTY: &str = "write.parquet.row-group-limit";
+/// Largest row group size a table property may ask for (bytes or rows).
+const MAX_ROW_GROUP: u64 = 1 << 30;
 
 /// Parquet settings from the table's `write.parquet.compression-codec` and
 /// `-level` properties (Iceberg's names), zstd when unset as in Iceberg.
@@ -108,10 +115,26 @@ fn writer_properties(target: &Table) -> Result<WriterProperties> {
             )));
         }
     };
-    Ok(WriterProperties::builder()
+    let bound = |key: &str| -> Result<Option<usize>> {
+        let Some(value) = properties.get(key) else {
+            return Ok(None);
+        };
+        match value.trim().parse::<u64>() {
+            Ok(n) if (1..=MAX_ROW_GROUP).contains(&n) => Ok(Some(n as usize)),
+            _ => Err(Error::invalid(format!(
+                "table '{table}' has {key} = '{value}': set a whole number from 1 to \
+                 {MAX_ROW_GROUP}, or remove it"
+            ))),
+        }
+    };
+    let mut builder = WriterProperties::builder()
         .set_compression(compression)
         .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
-        .build())
+        .set_max_row_group_bytes(bound(ROW_GROUP_BYTES_PROPERTY)?);
+    if let Some(rows) = bound(ROW_GROUP_ROWS_PROPERTY)? {
+        builder = builder.set_max_row_group_row_count(Some(rows));
+    }
+    Ok(builder.build())
 }
 
 /// Iceberg's table property: how much of each column's metrics a new data
@@ -489,6 +512,33 @@ mod tests {
                 && error.contains("truncate(N)"),
             "{error}"
         );
+    }
+
+    /// Iceberg's row group properties bound a new file's row groups (a
+    /// writer holds one in memory); a value out of range is refused by name.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn row_groups_are_as_small_as_their_table_asks() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write_one(&table_with(dir.path(), &[]).await).await.unwrap();
+        assert_eq!(file.split_offsets().map(<[i64]>::len), Some(1));
+
+        let dir = tempfile::tempdir().unwrap();
+        let table = table_with(dir.path(), &[("write.parquet.row-group-limit", "1")]).await;
+        let file = write_one(&table).await.unwrap();
+        assert_eq!(file.split_offsets().map(<[i64]>::len), Some(2));
+
+        for (key, value) in [
+            ("write.parquet.row-group-size-bytes", "0"),
+            ("write.parquet.row-group-limit", "lots"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let table = table_with(dir.path(), &[(key, value)]).await;
+            let error = write_one(&table).await.unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("{key} = '{value}'")) && error.contains("whole number"),
+                "{error}"
+            );
+        }
     }
 
     #[test]
