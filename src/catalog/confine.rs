@@ -54,7 +54,7 @@ pub(crate) fn canonical(path: &str) -> Option<String> {
 }
 
 /// The folder of a table's `location` that holds the files its rows
-/// reference (`crate::tables::files`): a staging table's, where a client
+/// reference (`FILE` columns): a staging table's, where a client
 /// puts them; a target's, where promotion copies them.
 pub(crate) fn files_folder(location: &str) -> String {
     format!("{}/files", location.trim_end_matches('/'))
