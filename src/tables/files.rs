@@ -231,15 +231,21 @@ fn hash_local(path: &str) -> Result<(String, Option<&'static str>)> {
 }
 
 /// Copies local file `from` to `to` (its folder made as needed) through a
-/// temporary name, so a copy that exists is whole; the bytes copied.
-pub(crate) fn copy_local(from: &str, to: &str) -> Result<u64> {
+/// temporary name, so a copy that exists is whole; the bytes copied. With
+/// `shared`, other writers may copy to `to` at once (two partitions of a
+/// download), so the temporary is named apart from theirs; otherwise it is
+/// `<to>.part`, which the one writer (a promotion holds its claim) replaces
+/// when it runs again after being killed.
+pub(crate) fn copy_local(from: &str, to: &str, shared: bool) -> Result<u64> {
     let failed = |e: std::io::Error| Error::internal(format!("copying {from} to {to}: {e}"));
     if let Some(folder) = std::path::Path::new(to).parent() {
         std::fs::create_dir_all(folder).map_err(failed)?;
     }
-    // Named apart from any other writer's, so that two copies of one file
-    // at once (two rows, two partitions) never share a temporary.
-    let part = format!("{to}.part-{}", uuid::Uuid::new_v4().simple());
+    let part = if shared {
+        format!("{to}.part-{}", uuid::Uuid::new_v4().simple())
+    } else {
+        format!("{to}.part")
+    };
     let size = std::fs::copy(from, &part).map_err(failed)?;
     std::fs::rename(&part, to).map_err(failed)?;
     Ok(size)

@@ -338,7 +338,7 @@ impl Landing<'_> {
         let size = match (local(uri), local(&copy)) {
             (Some(from), Some(to)) => {
                 let (from, to) = (from.to_string(), to.to_string());
-                tokio::task::spawn_blocking(move || copy_local(&from, &to))
+                tokio::task::spawn_blocking(move || copy_local(&from, &to, false))
                     .await
                     .map_err(|e| Error::internal(format!("copying {uri}: {e}")))??
             }
