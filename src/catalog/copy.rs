@@ -38,17 +38,17 @@ fn same_bucket(from: &str, to: &str) -> Option<(String, StorePath, StorePath)> {
 
 /// Copies objects of one table's storage into another's: by S3's
 /// `CopyObject` within one bucket, streamed otherwise.
-pub(crate) struct Copier<'a> {
+pub(crate) struct Copier {
     /// The catalog whose AWS settings reach both.
-    catalog: &'a IcebergCatalog,
-    from: &'a FileIO,
-    to: &'a FileIO,
+    catalog: Arc<IcebergCatalog>,
+    from: FileIO,
+    to: FileIO,
     /// One store per bucket, made on first use.
     stores: tokio::sync::Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
 }
 
-impl<'a> Copier<'a> {
-    pub(crate) fn new(catalog: &'a IcebergCatalog, from: &'a FileIO, to: &'a FileIO) -> Self {
+impl Copier {
+    pub(crate) fn new(catalog: Arc<IcebergCatalog>, from: FileIO, to: FileIO) -> Self {
         Self {
             catalog,
             from,
@@ -83,7 +83,7 @@ impl<'a> Copier<'a> {
                 return Ok(size);
             }
         }
-        let size = stream_copy(self.from, self.to, from, to).await?;
+        let size = stream_copy(&self.from, &self.to, from, to).await?;
         copied(size, "streamed");
         Ok(size)
     }

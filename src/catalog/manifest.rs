@@ -174,10 +174,7 @@ pub(crate) async fn delete_confined(
     // The files its rows reference (or, for a staging table, that a client
     // put there for them) are the table's too.
     let files = super::confine::files_folder(location);
-    let linked = local(&files).is_some_and(|folder| {
-        std::fs::symlink_metadata(folder).is_ok_and(|m| m.file_type().is_symlink())
-    });
-    if canonical(location).is_some() && !linked {
+    if canonical(location).is_some() && !super::confine::through_link(&files, location) {
         let _ = io.delete_prefix(&format!("{files}/")).await;
     }
     Ok(())

@@ -70,7 +70,7 @@ pub(crate) const CODEC_PROPERTY: &str = "write.parquet.compression-codec";
 const LEVEL_PROPERTY: &str = "write.parquet.compression-level";
 /// Iceberg's table property bounding a row group's bytes (as the writer
 /// estimates them, encoded): a writer holds one row group in memory.
-pub(crate) const ROW_GROUP_BYTES_PROPERTY: &str = "write.parquet.row-group-size-bytes";
+const ROW_GROUP_BYTES_PROPERTY: &str = "write.parquet.row-group-size-bytes";
 /// The table property bounding a row group's rows (PyIceberg's name).
 const ROW_GROUP_ROWS_PROPERTY: &str = "write.parquet.row-group-limit";
 /// Largest row group size a table property may ask for (bytes or rows).

@@ -12,7 +12,7 @@ use datafusion::datasource::provider_as_source;
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use iceberg::spec::Schema;
-use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{NamespaceIdent, TableCreation};
 use iceberg_datafusion::IcebergStaticTableProvider;
 
 use super::files::{Area, Files, IncludeFiles, References, Referencing};
@@ -104,9 +104,11 @@ pub(crate) struct CreateDownload {
     /// a plan (the cluster plans it itself); `None`: here, from the
     /// command's input.
     pub(crate) remote: Option<(Cluster, LogicalPlan)>,
-    /// The tables read that declare file columns (catalog, table): where
-    /// the files of the download's file columns may lie.
-    pub(crate) file_tables: Vec<(String, TableIdent)>,
+    /// The download's file columns (none unless a table it reads declares
+    /// some), and where their files may lie: the `files/` folders of the
+    /// tables read that declare file columns.
+    pub(crate) file_columns: Vec<String>,
+    pub(crate) areas: Vec<Area>,
 }
 
 /// A download of `plan`: every Iceberg table it reads pinned to one
@@ -123,9 +125,13 @@ pub(crate) async fn plan_download(
         Some(options) => crate::cluster::of_options(options)?,
         None => None,
     };
-    let (pinned, sources, file_tables) =
-        pin_snapshots(state, icestage, plan, cluster.as_ref()).await?;
+    let (pinned, sources, areas) = pin_snapshots(state, icestage, plan, cluster.as_ref()).await?;
     let schema = crate::tables::ddl::iceberg_schema(pinned.schema().as_arrow())?;
+    let file_columns = if areas.is_empty() {
+        vec![]
+    } else {
+        reference_columns(&schema)
+    };
     if options.include_files {
         if cluster.is_some() {
             return Err(Error::invalid(
@@ -133,7 +139,7 @@ pub(crate) async fn plan_download(
                  SET icestage.cluster = '' for this download",
             ));
         }
-        if reference_columns(&schema).is_empty() || file_tables.is_empty() {
+        if file_columns.is_empty() {
             return Err(Error::invalid(format!(
                 "include_files = true copies the files of the result's FILE columns, and the \
                  query selects none from a table that declares them (its columns: {}): select \
@@ -160,24 +166,22 @@ pub(crate) async fn plan_download(
         sources,
         options,
         remote: cluster.map(|c| (c, input.clone())),
-        file_tables,
+        file_columns,
+        areas,
     };
     Ok((spec, input))
 }
 
-/// The tables (catalog, table) a download reads that declare file columns.
-type FileTables = Vec<(String, TableIdent)>;
-
 /// `plan` with every Iceberg table of icestage's catalogs pinned to its
-/// current snapshot, the snapshots read, and the tables read that declare
-/// file columns. For a cluster, each table is a recipe its executors can
-/// open.
+/// current snapshot, the snapshots read, and the file areas of the tables
+/// read that declare file columns. For a cluster, each table is a recipe
+/// its executors can open.
 async fn pin_snapshots(
     state: &SessionState,
     icestage: &Icestage,
     plan: LogicalPlan,
     cluster: Option<&Cluster>,
-) -> Result<(LogicalPlan, BTreeMap<String, Option<i64>>, FileTables)> {
+) -> Result<(LogicalPlan, BTreeMap<String, Option<i64>>, Vec<Area>)> {
     let mut names = vec![];
     plan.apply(|node| {
         if let LogicalPlan::TableScan(scan) = node
@@ -189,7 +193,7 @@ async fn pin_snapshots(
     })?;
     let mut pinned: HashMap<String, Arc<dyn datafusion::catalog::TableProvider>> = HashMap::new();
     let mut sources = BTreeMap::new();
-    let mut file_tables = vec![];
+    let mut areas = vec![];
     for name in names {
         let Ok((catalog, ident)) = icestage.resolve(state, &name) else {
             continue;
@@ -198,7 +202,8 @@ async fn pin_snapshots(
             continue;
         };
         if !file_columns(&table)?.is_empty() {
-            file_tables.push((catalog.name().to_string(), ident.clone()));
+            let location = catalog.placed_or_reported(&table).await?;
+            areas.push(Area::of(&table, &location));
         }
         let snapshot = table.metadata().current_snapshot_id();
         let provider: Arc<dyn datafusion::catalog::TableProvider> = match (cluster, snapshot) {
@@ -223,7 +228,7 @@ async fn pin_snapshots(
             other => Ok(Transformed::no(other)),
         })?
         .data;
-    Ok((plan, sources, file_tables))
+    Ok((plan, sources, areas))
 }
 
 pub(crate) async fn create_download(
@@ -275,9 +280,8 @@ pub(crate) async fn create_download(
     if let Some(owner) = &options.owner {
         properties.insert(PROP_OWNER.to_string(), owner.clone());
     }
-    let references = reference_columns(&spec.schema);
-    if !references.is_empty() && !spec.file_tables.is_empty() {
-        properties.insert(PROP_FILE_COLUMNS.to_string(), references.join(","));
+    if !spec.file_columns.is_empty() {
+        properties.insert(PROP_FILE_COLUMNS.to_string(), spec.file_columns.join(","));
     }
     properties.extend(crate::catalog::session_table_properties());
     let creation = TableCreation::builder()
@@ -290,12 +294,16 @@ pub(crate) async fn create_download(
         .create_table(ident.namespace(), creation)
         .await?;
     let source = match source {
-        Fill::Here(input, task, _) if !references.is_empty() && !spec.file_tables.is_empty() => {
-            let areas = areas(ctx, &spec.file_tables).await?;
+        Fill::Here(input, task, _) if !spec.file_columns.is_empty() => {
             let location = catalog.placed_or_reported(&table).await?;
-            let of = Referencing::new(&table, &location, references, areas);
+            let of = Referencing::new(
+                &table,
+                &location,
+                spec.file_columns.clone(),
+                spec.areas.clone(),
+            );
             let files = if options.include_files {
-                Files::Include(Arc::new(IncludeFiles::new(Arc::clone(&catalog), of)))
+                Files::Include(Arc::new(IncludeFiles::new(&catalog, of)))
             } else {
                 Files::Name(Arc::new(References::new(of)))
             };
@@ -328,17 +336,4 @@ pub(crate) async fn create_download(
         connection: catalog.connection_json()?,
         ran_on: crate::cluster::ran_on(spec.remote.as_ref().map(|(c, _)| c)),
     })
-}
-
-/// The file areas of `file_tables`, the tables a download reads that
-/// declare file columns.
-async fn areas(ctx: &CommandContext, file_tables: &[(String, TableIdent)]) -> Result<Vec<Area>> {
-    let mut areas = vec![];
-    for (name, ident) in file_tables {
-        let source = ctx.icestage.catalog(name)?;
-        let read = source.catalog().load_table(ident).await?;
-        let location = source.placed_or_reported(&read).await?;
-        areas.push(Area::of(&read, &location));
-    }
-    Ok(areas)
 }

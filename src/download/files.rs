@@ -36,12 +36,20 @@ use crate::tables::files::{
 };
 
 /// The `files/` folder of a table the download reads.
+#[derive(Debug, Clone)]
 pub(crate) struct Area {
     /// `<location>/files/`.
     prefix: String,
     /// The table's assigned location.
     location: String,
     io: FileIO,
+}
+
+/// Two areas are one when they are one folder.
+impl PartialEq for Area {
+    fn eq(&self, other: &Self) -> bool {
+        self.location == other.location
+    }
 }
 
 impl Area {
@@ -240,19 +248,25 @@ pub(crate) struct IncludeFiles {
     of: Referencing,
     /// `<download location>/files/`.
     to: String,
-    catalog: Arc<IcebergCatalog>,
+    /// From each area (in its order) into the download's storage.
+    copiers: Vec<Copier>,
     /// Each file met so far: its copy, or why it cannot be handed out.
     copied: tokio::sync::Mutex<HashMap<String, std::result::Result<String, String>>>,
 }
 
 impl IncludeFiles {
     /// Copies of the files `of`'s rows reference, made with `catalog`'s
-    /// storage settings.
-    pub(crate) fn new(catalog: Arc<IcebergCatalog>, of: Referencing) -> Self {
+    /// storage settings (the download table's catalog).
+    pub(crate) fn new(catalog: &Arc<IcebergCatalog>, of: Referencing) -> Self {
+        let copiers = of
+            .areas
+            .iter()
+            .map(|area| Copier::new(Arc::clone(catalog), area.io.clone(), of.io.clone()))
+            .collect();
         Self {
             to: format!("{}/", files_folder(&of.location)),
             of,
-            catalog,
+            copiers,
             copied: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
@@ -354,13 +368,19 @@ impl IncludeFiles {
         size: i64,
         sha256: &str,
     ) -> Result<std::result::Result<String, String>> {
-        let Some(area) = self.of.areas.iter().find(|a| uri.starts_with(&a.prefix)) else {
+        let Some(index) = self
+            .of
+            .areas
+            .iter()
+            .position(|a| uri.starts_with(&a.prefix))
+        else {
             return Ok(Err(
                 "is not in the files/ folder of a table the download reads; only files \
                  promoted with a table's rows are included"
                     .to_string(),
             ));
         };
+        let area = &self.of.areas[index];
         if !is_under(uri, &area.location) || uri.len() == area.prefix.len() {
             return Ok(Err(format!(
                 "is not a file under {} (a path with '..', '.', an empty or encoded segment \
@@ -409,9 +429,7 @@ impl IncludeFiles {
                         .map_err(|e| Error::internal(format!("copying {uri}: {e}")))??;
                 }
                 _ => {
-                    Copier::new(&self.catalog, &area.io, &self.of.io)
-                        .copy(uri, &copy)
-                        .await?;
+                    self.copiers[index].copy(uri, &copy).await?;
                 }
             }
             let (hashed, _) = hash(&self.of.io, &copy, stored).await?;

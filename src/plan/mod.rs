@@ -590,8 +590,7 @@ async fn plan_create_table(
     let arrow = memory.input.schema().as_arrow().clone();
     let schema = ddl::iceberg_schema(&arrow)?;
     if let Some(columns) = properties.get(recorded) {
-        let columns: Vec<String> = columns.split(',').map(|c| c.trim().to_string()).collect();
-        crate::tables::files::check_columns(&schema, &columns)?;
+        crate::tables::files::check_columns(&schema, &crate::tables::files::parse(columns))?;
     }
     let partition_spec = partition_by
         .map(|by| ddl::partition_spec(&by, &schema))

@@ -201,9 +201,6 @@ impl AppState {
         self.0.config.service.require_remote_signing
     }
 
-    /// The credentials storage requests to `catalog` are signed with: the
-    /// catalog's own (its configured keys, or the default chain), resolved
-    /// once per catalog and refreshed by their provider.
     /// The files download access `grant` may read besides its table.
     pub(crate) async fn named_files(
         &self,
@@ -230,6 +227,9 @@ impl AppState {
         Ok(named)
     }
 
+    /// The credentials storage requests to `catalog` are signed with: the
+    /// catalog's own (its configured keys, or the default chain), resolved
+    /// once per catalog and refreshed by their provider.
     pub(crate) async fn signing_credentials(
         &self,
         catalog: &crate::catalog::IcebergCatalog,

@@ -61,7 +61,8 @@ pub(crate) fn file_columns(table: &Table) -> Result<Vec<String>> {
     Ok(columns)
 }
 
-fn parse(stored: &str) -> Vec<String> {
+/// The columns a [`PROP_FILE_COLUMNS`] value names.
+pub(crate) fn parse(stored: &str) -> Vec<String> {
     stored
         .split(',')
         .map(str::trim)

@@ -94,7 +94,8 @@ enum Found {
 /// problems become findings and a reason of `validation`. With `land`,
 /// each file is copied into the target's storage first and the copy is
 /// checked. Answers how promoted rows' references are rewritten (`None`
-/// when the target has no file columns).
+/// when the target has no file columns, no row was staged, or the table
+/// as a whole already failed: its rows may not even hold the columns).
 pub(crate) async fn check(
     staging: &Staging,
     target: &Table,
@@ -102,6 +103,9 @@ pub(crate) async fn check(
     copied: bool,
     land: bool,
 ) -> Result<Option<Relocation>> {
+    if !validation.reasons.is_empty() || validation.files.is_empty() {
+        return Ok(None);
+    }
     let columns = file_columns(target)?;
     if columns.is_empty() {
         return Ok(None);
@@ -135,7 +139,11 @@ pub(crate) async fn check(
         relocation: &relocation,
         target_location: &target_location,
         land,
-        copier: Copier::new(&staging.catalog, staging.table.file_io(), target.file_io()),
+        copier: Copier::new(
+            std::sync::Arc::clone(&staging.catalog),
+            staging.table.file_io().clone(),
+            target.file_io().clone(),
+        ),
     };
     let mut found: HashMap<String, Found> = HashMap::new();
     let mut problems: Vec<Finding> = vec![];
@@ -266,7 +274,7 @@ struct Landing<'a> {
     /// The target's assigned location (copies lie under it).
     target_location: &'a str,
     land: bool,
-    copier: Copier<'a>,
+    copier: Copier,
 }
 
 impl Landing<'_> {

@@ -393,12 +393,8 @@ async fn promote_claimed(
     .await?;
     // The files the rows reference, landed in the target's storage when
     // nothing else stands in the way.
-    let relocation = if validation.reasons.is_empty() && !validation.files.is_empty() {
-        let land = validation.passed();
-        super::files::check(staging, target, &mut validation, copied, land).await?
-    } else {
-        None
-    };
+    let land = validation.passed();
+    let relocation = super::files::check(staging, target, &mut validation, copied, land).await?;
     record_findings(staging, &validation).await?;
     staging.findings = Some(validation.finding_count() as i64);
     if !validation.passed() {
@@ -588,9 +584,7 @@ async fn dry_run_validation(
         key,
     )
     .await?;
-    if validation.reasons.is_empty() && !validation.files.is_empty() {
-        super::files::check(staging, target, &mut validation, false, false).await?;
-    }
+    super::files::check(staging, target, &mut validation, false, false).await?;
     record_findings(staging, &validation).await?;
     staging.findings = Some(validation.finding_count() as i64);
     let lines = validation.summary(staging.id.as_str());

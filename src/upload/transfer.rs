@@ -43,7 +43,11 @@ pub(crate) async fn copy_files(
     );
     let spec_id = target.metadata().default_partition_spec_id();
     let mut copies = Vec::with_capacity(files.len());
-    let copier = Copier::new(&staging.catalog, staging.table.file_io(), target.file_io());
+    let copier = Copier::new(
+        std::sync::Arc::clone(&staging.catalog),
+        staging.table.file_io().clone(),
+        target.file_io().clone(),
+    );
     for (n, file) in files.iter().enumerate() {
         // Named apart from the files a rewrite of them writes
         // (`icestage-<id>-<n>.parquet`), which must outlive them.
