@@ -28,6 +28,15 @@ pub const PROP_SESSION_TOKEN: &str = "session_token";
 pub const PROP_ROLE_ARN: &str = "role_arn";
 /// Catalog config key: the external id to pass when assuming the role.
 pub const PROP_EXTERNAL_ID: &str = "external_id";
+/// Catalog config key: the largest object copied within a bucket in one
+/// `CopyObject` request, and the part size of larger copies
+/// (`UploadPartCopy`), in bytes: 5 MiB to 5 GiB (S3's limits; the default).
+pub const PROP_S3_COPY_PART_SIZE: &str = "s3.copy-part-size";
+
+/// S3's largest single copy and largest part, the default part size.
+const COPY_PART_MAX: u64 = 5 << 30;
+/// S3's smallest part (but the last).
+const COPY_PART_MIN: u64 = 5 << 20;
 
 /// How icestage reaches AWS for one catalog.
 #[derive(Debug, Clone)]
@@ -40,13 +49,15 @@ pub(crate) struct AwsSettings {
     pub(crate) session_token: Option<Secret>,
     pub(crate) role_arn: Option<String>,
     pub(crate) external_id: Option<String>,
+    /// `s3.copy-part-size` as given.
+    pub(crate) copy_part_size: Option<String>,
 }
 
 impl AwsSettings {
     /// Reads the AWS keys of a catalog's `[catalogs.config]`.
-    pub(crate) fn from_config(config: &BTreeMap<String, String>) -> Self {
+    pub(crate) fn from_config(config: &BTreeMap<String, String>) -> Result<Self> {
         let get = |key: &str| config.get(key).filter(|v| !v.is_empty()).cloned();
-        Self {
+        let settings = Self {
             region: get(PROP_REGION).unwrap_or_else(|| "us-east-1".to_string()),
             s3_endpoint: get(PROP_S3_ENDPOINT),
             sts_endpoint: get(PROP_STS_ENDPOINT),
@@ -55,7 +66,10 @@ impl AwsSettings {
             session_token: get(PROP_SESSION_TOKEN).map(Secret::new),
             role_arn: get(PROP_ROLE_ARN),
             external_id: get(PROP_EXTERNAL_ID),
-        }
+            copy_part_size: get(PROP_S3_COPY_PART_SIZE),
+        };
+        settings.copy_part_bytes()?;
+        Ok(settings)
     }
 
     /// Where the store is, as iceberg's S3 `FileIO` properties: region,
@@ -107,6 +121,33 @@ impl AwsSettings {
 }
 
 impl AwsSettings {
+    /// The largest object one `CopyObject` copies, and the part size of
+    /// larger copies: `s3.copy-part-size`, else S3's 5 GiB.
+    pub(crate) fn copy_part_bytes(&self) -> Result<u64> {
+        let Some(text) = &self.copy_part_size else {
+            return Ok(COPY_PART_MAX);
+        };
+        text.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (COPY_PART_MIN..=COPY_PART_MAX).contains(n))
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "{PROP_S3_COPY_PART_SIZE} = '{text}' is not a part size S3 takes: give bytes \
+                     from {COPY_PART_MIN} (5 MiB) to {COPY_PART_MAX} (5 GiB)"
+                ))
+            })
+    }
+
+    /// The URL of `key` in `bucket` (already percent-encoded): path-style
+    /// on a configured endpoint, else AWS's virtual-hosted style.
+    pub(crate) fn object_url(&self, bucket: &str, key: &str) -> String {
+        match &self.s3_endpoint {
+            Some(endpoint) => format!("{}/{bucket}/{key}", endpoint.trim_end_matches('/')),
+            None => format!("https://{bucket}.s3.{}.amazonaws.com/{key}", self.region),
+        }
+    }
+
     /// The provider of these settings' credentials: the catalog's keys, or
     /// the default chain's.
     pub(crate) async fn credentials_provider(

@@ -1,13 +1,16 @@
-//! Copying objects between storages: by S3's server-side `CopyObject` when
-//! both lie in one bucket, so no byte passes through the service; otherwise
-//! (another bucket, a local file, a key object_store cannot name, an object
-//! over S3's 5 GiB single-copy limit) streamed in 8 MiB ranges (bounded
-//! memory). Promotion copies staged data files and referenced files with
-//! it; downloads copy the files their rows reference.
+//! Copying objects between storages: by S3's server-side copy when both
+//! lie in one bucket, so no byte passes through the service (`CopyObject`,
+//! or for an object over one part, 5 GiB unless the catalog's
+//! `s3.copy-part-size` says less, a multipart upload of `UploadPartCopy`
+//! parts); otherwise (another bucket, a local file, a key object_store
+//! cannot name) streamed in 8 MiB ranges (bounded memory). Promotion copies
+//! staged data files and referenced files with it; downloads copy the
+//! files their rows reference.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures::{StreamExt, TryStreamExt};
 use iceberg::io::FileIO;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -17,8 +20,10 @@ use crate::error::{Error, Result};
 
 /// Bytes per range request while copying a file.
 const COPY_CHUNK: u64 = 8 * 1024 * 1024;
-/// Largest object S3 copies in one `CopyObject` request.
-const SERVER_COPY_MAX: u64 = 5 * 1024 * 1024 * 1024;
+/// Parts of one multipart copy copied at once.
+const PARTS_AT_ONCE: usize = 4;
+/// Most parts of one multipart upload (S3's limit).
+const MAX_PARTS: u64 = 10_000;
 
 /// The bucket of `from` and `to` and their keys, when both are objects of
 /// one S3 bucket whose keys object_store names exactly.
@@ -67,7 +72,7 @@ impl Copier {
                     Some(store) => Arc::clone(store),
                     None => {
                         let store = self.catalog.aws().object_store(&bucket).await?;
-                        stores.insert(bucket, Arc::clone(&store));
+                        stores.insert(bucket.clone(), Arc::clone(&store));
                         store
                     }
                 }
@@ -75,13 +80,17 @@ impl Copier {
             // The size the store reports, not the one the client's
             // manifest claims.
             let size = store.head(&source).await.map_err(store_error)?.size;
-            if size <= SERVER_COPY_MAX {
+            let part = self.catalog.aws().copy_part_bytes()?;
+            if size <= part {
                 store.copy(&source, &copy).await.map_err(store_error)?;
-                // What the copy holds, as the store reports it.
-                let size = store.head(&copy).await.map_err(store_error)?.size;
-                copied(size, "server_side");
-                return Ok(size);
+            } else {
+                let parts = PartCopy::start(self.catalog.aws(), &bucket, &source, &copy).await?;
+                parts.copy(size, part).await?;
             }
+            // What the copy holds, as the store reports it.
+            let size = store.head(&copy).await.map_err(store_error)?.size;
+            copied(size, "server_side");
+            return Ok(size);
         }
         let size = stream_copy(&self.from, &self.to, from, to).await?;
         copied(size, "streamed");
@@ -107,6 +116,200 @@ async fn stream_copy(source: &FileIO, sink: &FileIO, from: &str, to: &str) -> Re
     Ok(size)
 }
 
+/// One multipart upload that copies an object of a bucket to another key
+/// of it, part by part, by S3's `UploadPartCopy`: the store moves the
+/// bytes. Signed with the catalog's credentials.
+struct PartCopy {
+    http: reqwest::Client,
+    credentials: aws_credential_types::Credentials,
+    region: String,
+    /// The copy's URL.
+    url: String,
+    /// `x-amz-copy-source`: the source as `/<bucket>/<key>`.
+    source: String,
+    upload_id: String,
+}
+
+impl PartCopy {
+    /// Starts the multipart upload of `copy`, a copy of `source`.
+    async fn start(
+        aws: &crate::aws::AwsSettings,
+        bucket: &str,
+        source: &StorePath,
+        copy: &StorePath,
+    ) -> Result<Self> {
+        let credentials = crate::aws::credentials_of(
+            &aws.credentials_provider().await?,
+            &format!("copying within bucket '{bucket}'"),
+        )
+        .await?;
+        let mut parts = Self {
+            http: reqwest::Client::new(),
+            credentials,
+            region: aws.region.clone(),
+            url: aws.object_url(bucket, &encode_key(copy.as_ref())),
+            source: format!("/{bucket}/{}", encode_key(source.as_ref())),
+            upload_id: String::new(),
+        };
+        let started = parts.send("POST", "uploads", &[], String::new()).await?;
+        parts.upload_id = element(&started, "UploadId")
+            .ok_or_else(|| part_error("CreateMultipartUpload", &started))?
+            .to_string();
+        Ok(parts)
+    }
+
+    /// Copies `size` bytes in parts of `part` bytes, a few at once, and
+    /// completes the upload; aborts it on any failure, so no part is left.
+    async fn copy(&self, size: u64, part: u64) -> Result<()> {
+        let done = self.copy_parts(size, part).await;
+        if done.is_err() {
+            let query = format!("uploadId={}", encode_key(&self.upload_id));
+            let _ = self.send("DELETE", &query, &[], String::new()).await;
+        }
+        done
+    }
+
+    async fn copy_parts(&self, size: u64, part: u64) -> Result<()> {
+        // Parts no smaller than asked, and few enough for S3.
+        let part = part.max(size.div_ceil(MAX_PARTS));
+        let ranges =
+            (0..size.div_ceil(part)).map(|n| (n + 1, n * part, ((n + 1) * part).min(size)));
+        let etags: Vec<(u64, String)> = futures::stream::iter(ranges)
+            .map(|(number, start, end)| async move {
+                let query = format!(
+                    "partNumber={number}&uploadId={}",
+                    encode_key(&self.upload_id)
+                );
+                let headers = [
+                    ("x-amz-copy-source", self.source.clone()),
+                    (
+                        "x-amz-copy-source-range",
+                        format!("bytes={start}-{}", end - 1),
+                    ),
+                ];
+                let answer = self.send("PUT", &query, &headers, String::new()).await?;
+                let etag = element(&answer, "ETag")
+                    .ok_or_else(|| part_error("UploadPartCopy", &answer))?;
+                Ok::<_, Error>((number, etag.to_string()))
+            })
+            .buffered(PARTS_AT_ONCE)
+            .try_collect()
+            .await?;
+        let body: String = etags
+            .iter()
+            .map(|(n, etag)| {
+                format!("<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag></Part>")
+            })
+            .collect();
+        let body = format!("<CompleteMultipartUpload>{body}</CompleteMultipartUpload>");
+        let query = format!("uploadId={}", encode_key(&self.upload_id));
+        let answer = self.send("POST", &query, &[], body).await?;
+        // S3 may answer 200 with an error in the body.
+        match element(&answer, "Code") {
+            Some(_) => Err(part_error("CompleteMultipartUpload", &answer)),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends one signed request to the copy's URL with `query`; its body.
+    async fn send(
+        &self,
+        method: &str,
+        query: &str,
+        headers: &[(&str, String)],
+        body: String,
+    ) -> Result<String> {
+        use aws_sigv4::http_request::{
+            PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+            UriPathNormalizationMode, sign,
+        };
+        use sha2::{Digest, Sha256};
+
+        let url = format!("{}?{query}", self.url);
+        let payload = hex::encode(Sha256::digest(body.as_bytes()));
+        let mut signed: Vec<(&str, String)> = headers.to_vec();
+        signed.push(("x-amz-content-sha256", payload.clone()));
+        let identity = self.credentials.clone().into();
+        let mut settings = SigningSettings::default();
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.region)
+            .name("s3")
+            .time(std::time::SystemTime::now())
+            .settings(settings)
+            .build()
+            .map_err(|e| Error::internal(format!("signing a copy request: {e}")))?
+            .into();
+        let signable = SignableRequest::new(
+            method,
+            &url,
+            signed.iter().map(|(k, v)| (*k, v.as_str())),
+            SignableBody::Precomputed(payload.clone()),
+        )
+        .map_err(|e| Error::internal(format!("signing a copy request: {e}")))?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|e| Error::internal(format!("signing a copy request: {e}")))?
+            .into_parts();
+        let method = reqwest::Method::from_bytes(method.as_bytes())
+            .map_err(|e| Error::internal(format!("a copy request's method: {e}")))?;
+        let mut request = self.http.request(method, &url).body(body);
+        for (name, value) in &signed {
+            request = request.header(*name, value);
+        }
+        for (name, value) in instructions.headers() {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.map_err(|e| {
+            copy_error(format!(
+                "copying to {}: the store did not answer: {e}",
+                self.url
+            ))
+        })?;
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        if !status.is_success() {
+            return Err(copy_error(format!(
+                "copying to {} in parts: the store answered {status}: {}",
+                self.url,
+                text.chars().take(500).collect::<String>()
+            )));
+        }
+        Ok(text)
+    }
+}
+
+/// The text of the first `<name>` element of an S3 XML answer.
+fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let start = xml.find(&format!("<{name}>"))? + name.len() + 2;
+    let end = xml[start..].find(&format!("</{name}>"))? + start;
+    Some(&xml[start..end])
+}
+
+/// A multipart copy's step that answered without what it should hold.
+fn part_error(step: &str, answer: &str) -> Error {
+    copy_error(format!(
+        "copying in parts: {step} answered without what it should hold: {}",
+        answer.chars().take(500).collect::<String>()
+    ))
+}
+
+/// `key` percent-encoded as S3 signs a path: every byte but unreserved
+/// ones and `/`.
+fn encode_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for byte in key.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(byte as char)
+            }
+            other => out.push_str(&format!("%{other:02X}")),
+        }
+    }
+    out
+}
+
 /// Counts `bytes` copied into a target's storage, `how`.
 fn copied(bytes: u64, how: &'static str) {
     crate::metrics::count(
@@ -121,15 +324,29 @@ fn copied(bytes: u64, how: &'static str) {
 
 /// An object store's error, as icestage's.
 fn store_error(error: object_store::Error) -> Error {
-    Error::Iceberg(iceberg::Error::new(
-        iceberg::ErrorKind::Unexpected,
-        format!("copying a file: {error}"),
-    ))
+    copy_error(format!("copying a file: {error}"))
+}
+
+/// A storage failure while copying, as icestage's (an upstream error).
+fn copy_error(message: String) -> Error {
+    Error::Iceberg(iceberg::Error::new(iceberg::ErrorKind::Unexpected, message))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_encoded_as_s3_signs_them_and_answers_read() {
+        assert_eq!(
+            encode_key("wh/a b/c+d=é.parquet"),
+            "wh/a%20b/c%2Bd%3D%C3%A9.parquet"
+        );
+        let answer = "<InitiateMultipartUploadResult><Bucket>b</Bucket>\
+                      <UploadId>abc-1</UploadId></InitiateMultipartUploadResult>";
+        assert_eq!(element(answer, "UploadId"), Some("abc-1"));
+        assert_eq!(element(answer, "ETag"), None);
+    }
 
     #[test]
     fn a_server_side_copy_stays_in_one_bucket_and_names_keys_exactly() {

@@ -170,7 +170,7 @@ impl IcebergCatalog {
         let settings = database::PoolSettings::from_config(&config.name, &config.config)?;
         let engine = database::Engine::of(&uri);
         let database = database::Database::open(&config.name, &uri, &settings).await?;
-        let aws = AwsSettings::from_config(&config.config);
+        let aws = AwsSettings::from_config(&config.config)?;
         let mut props: HashMap<String, String> = settings.catalog_properties().into();
         props.insert(PROP_URI.to_string(), uri.clone());
         props.insert(PROP_WAREHOUSE.to_string(), warehouse.clone());
@@ -233,7 +233,7 @@ impl IcebergCatalog {
 
     async fn open_s3tables(config: &CatalogConfig) -> Result<Self> {
         let bucket_arn = Self::setting(config, PROP_TABLE_BUCKET_ARN)?;
-        let aws = AwsSettings::from_config(&config.config);
+        let aws = AwsSettings::from_config(&config.config)?;
         let endpoint_url = config.config.get(PROP_ENDPOINT_URL).cloned();
         let mut props = aws.file_io_properties();
         props.insert(PROP_TABLE_BUCKET_ARN.to_string(), bucket_arn.clone());
@@ -336,7 +336,7 @@ impl IcebergCatalog {
             &headers,
         )
         .await?;
-        let aws = AwsSettings::from_config(&config.config);
+        let aws = AwsSettings::from_config(&config.config)?;
         let mut props: HashMap<String, String> = config
             .config
             .iter()

@@ -259,6 +259,7 @@ mod tests {
             snapshot_id: Some(7),
             file_io: HashMap::from([("s3.region".to_string(), "eu-west-1".to_string())]),
             files: None,
+            filter: None,
         }
     }
 

@@ -27,20 +27,23 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::TableProviderFilterPushDown;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{StreamExt, TryStreamExt};
+use iceberg::expr::Predicate;
 use iceberg::io::FileIOBuilder;
 use iceberg::scan::FileScanTask;
 use iceberg::table::{StaticTable, Table};
 use iceberg::{NamespaceIdent, TableIdent};
+use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
 /// Where to find one snapshot of one Iceberg table, and how to reach its files.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Recipe {
     /// The table's name, for messages.
     pub(crate) table: String,
@@ -54,6 +57,11 @@ pub(crate) struct Recipe {
     /// Exactly these data files, read whole, instead of the snapshot's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) files: Option<Vec<PinnedFile>>,
+    /// The query's filters Iceberg can bind: the snapshot's files and row
+    /// groups whose metrics rule every row out are not read. Rows that
+    /// pass are filtered again above the scan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) filter: Option<Predicate>,
 }
 
 /// A data file a pinned recipe reads: where, how many bytes, how many rows.
@@ -74,6 +82,11 @@ impl From<&iceberg::spec::DataFile> for PinnedFile {
         }
     }
 }
+
+/// Plans compare recipes as values; a filter's float literal that is NaN
+/// only makes two recipes of one plan compare unequal (never equal ones
+/// that differ).
+impl Eq for Recipe {}
 
 /// Hashed by what names the snapshot (the file-IO properties are a map).
 impl std::hash::Hash for Recipe {
@@ -109,7 +122,14 @@ impl Recipe {
             snapshot_id: snapshot_id.or_else(|| table.metadata().current_snapshot_id()),
             file_io: io.config().props().clone(),
             files: None,
+            filter: None,
         })
+    }
+
+    /// The recipe of `table` at `snapshot_id` for reading in this process,
+    /// with the table's own file IO.
+    pub(crate) fn here(table: &Table, snapshot_id: Option<i64>) -> Result<Self> {
+        Self::described(table, snapshot_id, table.file_io())
     }
 
     /// `table`'s schema over exactly `files` (read whole, sorted by path,
@@ -175,11 +195,14 @@ impl Recipe {
         let Some(snapshot) = self.snapshot_id else {
             return Ok(vec![]);
         };
-        let scan = table
+        let mut scan = table
             .scan()
             .snapshot_id(snapshot)
-            .select(columns.iter().cloned())
-            .build()?;
+            .select(columns.iter().cloned());
+        if let Some(filter) = &self.filter {
+            scan = scan.with_filter(filter.clone());
+        }
+        let scan = scan.build()?;
         let mut tasks: Vec<FileScanTask> = scan.plan_files().await?.try_collect().await?;
         tasks.sort_by(|a, b| {
             (a.data_file_path.as_str(), a.start).cmp(&(b.data_file_path.as_str(), b.start))
@@ -342,26 +365,60 @@ impl TableProvider for RecipeTable {
         TableType::Base
     }
 
-    /// Filters are never pushed in: DataFusion evaluates them on the rows
-    /// read, so no file is skipped on the strength of its metrics.
+    /// Filters on primitive columns of a snapshot's table prune its files
+    /// and row groups (by their metrics) and stay above the scan too; a
+    /// pinned recipe reads its files whole, whatever the filters.
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|filter| match self.prunes_by(filter) {
+                true => TableProviderFilterPushDown::Inexact,
+                false => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let schema = match projection {
             Some(indices) => Arc::new(self.schema.project(indices)?),
             None => Arc::clone(&self.schema),
         };
-        let table = self.recipe.opened_or_open(&self.opened).await?;
+        let mut recipe = self.recipe.clone();
+        let pruning: Vec<Expr> = filters
+            .iter()
+            .filter(|f| self.prunes_by(f))
+            .cloned()
+            .collect();
+        recipe.filter = convert_filters_to_predicate(&pruning);
+        let table = recipe.opened_or_open(&self.opened).await?;
         let columns = scan_columns(&self.schema, &schema);
-        let files = self.recipe.tasks(&table, &columns).await?.len();
+        let files = recipe.tasks(&table, &columns).await?.len();
         let partitions = files.clamp(1, state.config().target_partitions().max(1));
-        let mut scan = RecipeScanExec::new(self.recipe.clone(), schema, partitions, files);
+        let mut scan = RecipeScanExec::new(recipe, schema, partitions, files);
         scan.opened = self.opened.clone();
         Ok(Arc::new(scan))
+    }
+}
+
+impl RecipeTable {
+    /// Whether `filter` may prune the files read: a snapshot's (not pinned
+    /// files), on primitive columns only (Iceberg binds no other).
+    fn prunes_by(&self, filter: &Expr) -> bool {
+        self.recipe.files.is_none()
+            && filter.column_refs().iter().all(|column| {
+                self.schema
+                    .field_with_name(&column.name)
+                    .is_ok_and(|field| !field.data_type().is_nested())
+            })
     }
 }
 
@@ -500,13 +557,20 @@ async fn read_partition(
         .map(|(_, t)| t)
         .collect();
     // Rows the manifests record for these files (exact when no delete file
-    // applies; with deletes the rows read are fewer, and not checked).
-    let expected: Option<u64> = mine
-        .iter()
-        .map(|t| t.deletes.is_empty().then_some(t.record_count).flatten())
-        .sum();
+    // applies and no filter prunes row groups; else the rows read are
+    // fewer, and not checked).
+    let expected: Option<u64> = match recipe.filter {
+        Some(_) => None,
+        None => mine
+            .iter()
+            .map(|t| t.deletes.is_empty().then_some(t.record_count).flatten())
+            .sum(),
+    };
+    // One file at a time: the partitions are what runs in parallel, and a
+    // file read ahead holds its decoded row groups in memory meanwhile.
     let batches = table
         .reader_builder()
+        .with_data_file_concurrency_limit(1)
         .build()
         .read(Box::pin(futures::stream::iter(mine.into_iter().map(Ok))))
         .map_err(|e| DataFusionError::External(Box::new(Error::from(e))))?

@@ -424,6 +424,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         )
+        .unwrap()
     }
 
     fn verdict(write: bool, method: &str, uri: &str, headers: &[(&str, &str)]) -> String {

@@ -13,7 +13,6 @@ use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use iceberg::spec::Schema;
 use iceberg::{NamespaceIdent, TableCreation};
-use iceberg_datafusion::IcebergStaticTableProvider;
 
 use super::files::{Area, Files, IncludeFiles, References, Referencing};
 use super::fill::{Fill, fill};
@@ -22,7 +21,7 @@ use super::{
     PROP_LEASE_SECONDS, PROP_QUERY, PROP_SOURCES,
 };
 use crate::catalog::Icestage;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Recipe, RecipeTable};
 use crate::config::{IcestageOptions, Ttl, bounded_ttl};
 use crate::error::{Error, Result};
 use crate::rows::result_row;
@@ -206,12 +205,15 @@ async fn pin_snapshots(
             areas.push(Area::of(&table, &location));
         }
         let snapshot = table.metadata().current_snapshot_id();
-        let provider: Arc<dyn datafusion::catalog::TableProvider> = match (cluster, snapshot) {
-            (Some(cluster), _) => cluster.table(&table, snapshot)?,
-            (None, Some(id)) => {
-                Arc::new(IcebergStaticTableProvider::try_new_from_table_snapshot(table, id).await?)
-            }
-            (None, None) => Arc::new(IcebergStaticTableProvider::try_new_from_table(table).await?),
+        // Read a file at a time per partition, its files and row groups
+        // pruned by the query's filters: a download's memory stays that of
+        // the batches in flight.
+        let provider: Arc<dyn datafusion::catalog::TableProvider> = match cluster {
+            Some(cluster) => cluster.table(&table, snapshot)?,
+            None => Arc::new(RecipeTable::of_recipe(
+                &table,
+                Recipe::here(&table, snapshot)?,
+            )?),
         };
         sources.insert(format!("{}.{ident}", catalog.name()), snapshot);
         pinned.insert(name.to_string(), provider);

@@ -24,8 +24,9 @@ use datafusion::sql::sqlparser::ast::{
 use object_store::path::Path as ObjectPath;
 use serde_json::json;
 
+use super::by_file;
 use super::options::{AWS_OPTIONS, READ_OPTIONS, SourceOptions};
-use super::read::{PrefixTable, Source, by_name, vocabulary};
+use super::read::{PrefixTable, Source, vocabulary};
 use super::source::{Access, Location};
 use crate::catalog::block_on;
 use crate::error::{Error, Result};
@@ -155,23 +156,15 @@ impl RelationPlanner for PrefixRelationPlanner {
             ))
             .into());
         };
-        if function == "read_s3_prefix" {
-            let options = SourceOptions::from_pairs(&function, &named, READ_OPTIONS)?;
-            if options.union_by_name {
-                let plan = LogicalPlanBuilder::from(block_on(by_name(uri, &options))?)
-                    .alias(function.as_str())?
-                    .build()?;
-                return Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
-                    plan,
-                    alias.clone(),
-                ))));
-            }
-        }
         let provider: Arc<dyn datafusion::catalog::TableProvider> = match function.as_str() {
             "read_s3_prefix" => {
                 let options = SourceOptions::from_pairs(&function, &named, READ_OPTIONS)?;
-                let source = block_on(Source::open(uri, &options))?;
-                Arc::new(PrefixTable::new(Arc::new(source)))
+                if by_file::wanted(&options) {
+                    Arc::new(block_on(by_file::table(uri, &options))?)
+                } else {
+                    let source = block_on(Source::open(uri, &options))?;
+                    Arc::new(PrefixTable::new(Arc::new(source)))
+                }
             }
             "infer_s3_schema" => {
                 let options = SourceOptions::from_pairs(&function, &named, READ_OPTIONS)?;

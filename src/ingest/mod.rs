@@ -7,6 +7,7 @@
 //! reads them (format, compression, schema), [`functions`] plans the table
 //! functions, [`copy_into`] lands them exactly once per file.
 
+pub(crate) mod by_file;
 pub(crate) mod codec;
 pub(crate) mod copy_into;
 #[cfg(feature = "cluster")]

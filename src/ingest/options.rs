@@ -327,6 +327,8 @@ pub(crate) const READ_OPTIONS: &[&str] = &[
     "external_id",
     "pattern",
     "union_by_name",
+    "hive_partitioning",
+    "include_metadata",
 ];
 
 /// The options only `COPY INTO` (and pipes) take, past the reading ones.
@@ -336,8 +338,6 @@ pub(crate) const COPY_ONLY_OPTIONS: &[&str] = &[
     "match_by_column_name",
     "schema_evolution",
     "validation_mode",
-    "hive_partitioning",
-    "include_metadata",
     "purge",
 ];
 

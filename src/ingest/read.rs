@@ -10,7 +10,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::ScalarValue;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::avro::AvroFormat;
 use datafusion::datasource::file_format::csv::CsvFormat;
@@ -18,14 +17,12 @@ use datafusion::datasource::file_format::json::JsonFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
-use datafusion::datasource::provider_as_source;
 use datafusion::error::Result as DFResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, TableType, cast, lit};
+use datafusion::logical_expr::{Expr, LogicalPlan, TableType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion::prelude::SessionContext;
-use datafusion::prelude::ident;
 use futures::StreamExt;
 use object_store::{ObjectMeta, ObjectStore};
 use tempfile::TempDir;
@@ -133,6 +130,18 @@ impl Source {
         format: Format,
         options: &SourceOptions,
     ) -> Result<Self> {
+        Self::of_files_as(access, files, format, options, None).await
+    }
+
+    /// As [`Source::of_files`], read as `schema` when given (columns
+    /// inferred across more files than these), else as the options say.
+    pub(crate) async fn of_files_as(
+        access: Access,
+        files: Vec<SourceFile>,
+        format: Format,
+        options: &SourceOptions,
+        schema: Option<SchemaRef>,
+    ) -> Result<Self> {
         let total_bytes = files.iter().map(|f| f.meta.size).sum();
         let first = files.first().map_or(Compression::None, |f| f.compression);
         let uniform = files.iter().all(|f| f.compression == first) && first != Compression::Snappy;
@@ -169,9 +178,10 @@ impl Source {
         let counting = Arc::new(CountingStore::new(Arc::clone(&store)));
         let ctx = SessionContext::new();
         ctx.register_object_store(&store_url, Arc::clone(&counting) as Arc<dyn ObjectStore>);
-        let (schema, schema_bytes) = match &options.schema {
-            Some(text) => (user_schema(text).await?, 0),
-            None => {
+        let (schema, schema_bytes) = match (schema, &options.schema) {
+            (Some(schema), _) => (schema, 0),
+            (None, Some(text)) => (user_schema(text).await?, 0),
+            (None, None) => {
                 let metas: Vec<ObjectMeta> = read_files.iter().map(|f| f.meta.clone()).collect();
                 let store: Arc<dyn ObjectStore> = Arc::clone(&counting) as _;
                 let schema = format_impl
@@ -208,66 +218,6 @@ impl Source {
             scratch,
         })
     }
-}
-
-/// The type two files' columns of one name are read as together: the
-/// wider integer, a float for mixed numbers, else text.
-fn common_type(a: &DataType, b: &DataType) -> DataType {
-    match (vocabulary(a), vocabulary(b)) {
-        _ if a == b => a.clone(),
-        ("integer", "integer") => DataType::Int64,
-        ("integer" | "float", "integer" | "float") => DataType::Float64,
-        _ => DataType::Utf8,
-    }
-}
-
-/// `read_s3_prefix(..., union_by_name => true)`: the selected files each
-/// read with their own columns, then put together by column name (as
-/// DuckDB's `union_by_name`): the columns of every file, in the order they
-/// first appear, NULL where a file lacks one.
-pub(crate) async fn by_name(uri: &str, options: &SourceOptions) -> Result<LogicalPlan> {
-    let access = Access::open(uri, options).await?;
-    let (files, format) = select(&access, uri, options).await?;
-    let mut sources = vec![];
-    for file in files {
-        sources.push(Arc::new(
-            Source::of_files(access.clone(), vec![file], format, options).await?,
-        ));
-    }
-    let mut columns: Vec<(String, DataType)> = vec![];
-    for source in &sources {
-        for field in source.schema.fields() {
-            match columns.iter_mut().find(|(name, _)| name == field.name()) {
-                Some((_, data_type)) => *data_type = common_type(data_type, field.data_type()),
-                None => columns.push((field.name().clone(), field.data_type().clone())),
-            }
-        }
-    }
-    let mut union: Option<LogicalPlanBuilder> = None;
-    for (n, source) in sources.iter().enumerate() {
-        let exprs = columns
-            .iter()
-            .map(|(name, data_type)| {
-                let value = match source.schema.field_with_name(name) {
-                    Ok(_) => cast(ident(name), data_type.clone()),
-                    Err(_) => lit(ScalarValue::try_from(data_type)?),
-                };
-                Ok(value.alias(name))
-            })
-            .collect::<DFResult<Vec<Expr>>>()?;
-        let file = LogicalPlanBuilder::scan(
-            format!("file_{n}"),
-            provider_as_source(Arc::new(PrefixTable::new(Arc::clone(source)))),
-            None,
-        )?
-        .project(exprs)?;
-        union = Some(match union {
-            None => file,
-            Some(union) => union.union(file.build()?)?,
-        });
-    }
-    let union = union.ok_or_else(|| Error::internal("union_by_name over no file"))?;
-    Ok(union.build()?)
 }
 
 /// `read_s3_prefix(...)` as a table: the listing table over the selected

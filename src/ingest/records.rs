@@ -130,6 +130,20 @@ impl Sink {
     }
 }
 
+/// Fails on the first of `rejected`, where rows are not rejected one by
+/// one (`on_error` other than `continue`, or `read_s3_prefix`).
+pub(crate) fn refuse(rejected: &[Rejected]) -> Result<()> {
+    match rejected.first() {
+        None => Ok(()),
+        Some(row) => Err(Error::invalid(format!(
+            "{} line {}: {} (the row reads '{}'): correct the row, or load the file with \
+             COPY INTO ... WITH (on_error = 'continue') to load the others and list this one \
+             in copy_rejects",
+            row.file, row.line, row.error, row.record
+        ))),
+    }
+}
+
 /// The line each CSV record in `bytes` starts on, the first byte being on
 /// `line`; blank lines hold no record, a quoted field may span lines; with
 /// `header`, the first record is not counted.

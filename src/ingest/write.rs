@@ -14,7 +14,7 @@ use iceberg::table::Table;
 
 use super::options::{Format, SourceOptions};
 use super::read::{PrefixTable, Source};
-use super::records::{Conform, Rejected, csv_columns, delimiter, text_rows};
+use super::records::{Conform, Rejected, csv_columns, delimiter, refuse, text_rows};
 use super::shape::{Plan, RowErrors, extras};
 use super::source::{Access, SourceFile};
 use crate::catalog::column_names;
@@ -155,7 +155,10 @@ impl Copying {
         )?);
         let rejections = Rejections::new(&file.uri);
         let errors = RowErrors::of(&self.options);
-        let stream: BoxStream<'static, Result<RecordBatch>> = if errors.row_by_row()
+        // CSV and JSON rows are numbered by the line they start on, so
+        // `_source_row` is read as text even when no row is rejected.
+        let stream: BoxStream<'static, Result<RecordBatch>> = if (errors.row_by_row()
+            || plan.numbers_rows())
             && matches!(self.format, Format::Csv | Format::Json)
         {
             let rejected = rejections.clone();
@@ -175,6 +178,9 @@ impl Copying {
             )
             .map(move |rows| {
                 let (batch, more) = rows?;
+                if !errors.reject {
+                    refuse(&more)?;
+                }
                 rejected.gather(more)?;
                 Ok(batch)
             })

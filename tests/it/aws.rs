@@ -656,3 +656,87 @@ async fn data_files_are_packed_and_orphans_found_on_an_s3_warehouse() {
         "s3://warehouse-bucket/lake/payments/transactions"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_file_over_one_part_is_copied_by_the_store_in_parts() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    python_script(
+        "aws_setup.py",
+        &["create-bucket", &moto.endpoint, "warehouse-bucket"],
+    );
+    // Parts of 5 MiB (S3's smallest) stand in for 5 GiB ones.
+    let mut config = s3_warehouse(&moto, dir.path());
+    config.catalogs[0]
+        .config
+        .insert("s3.copy-part-size".into(), (5u64 << 20).to_string());
+    let ctx = session(config.clone()).await;
+    run(&ctx, "CREATE SCHEMA payments").await.unwrap();
+    run(&ctx, TARGET).await.unwrap();
+    let upload = run(&ctx, "CREATE UPLOAD FOR payments.transactions")
+        .await
+        .unwrap();
+    let (id, staging) = (value(&upload, "upload_id"), value(&upload, "staging_table"));
+    // Hex digests compress to about half: staged files of several MB.
+    run(
+        &ctx,
+        &format!(
+            "INSERT INTO {staging} SELECT encode(sha256(CAST(value AS VARCHAR)), 'hex') || \
+             encode(sha256(CAST(value + 1 AS VARCHAR)), 'hex'), 'acct', value, \
+             TIMESTAMP '2026-07-01 10:00:00Z' FROM range(800000)"
+        ),
+    )
+    .await
+    .unwrap();
+    let promoted = run(&ctx, &format!("PROMOTE UPLOAD '{id}'")).await.unwrap();
+    assert_eq!(value(&promoted, "rows"), "800000");
+    // The copy is a multipart object (its ETag counts its parts) that the
+    // store assembled: the verified rows are all there.
+    let listed = python_script(
+        "aws_setup.py",
+        &[
+            "etags",
+            &moto.endpoint,
+            "warehouse-bucket",
+            "lake/payments/transactions/data/",
+        ],
+    );
+    let parts: Vec<(u64, String)> = listed
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let (_, size, etag) = (words.next()?, words.next()?, words.next()?);
+            Some((size.parse().ok()?, etag.to_string()))
+        })
+        .collect();
+    assert!(parts.iter().any(|(size, _)| *size > 5 << 20), "{listed}");
+    for (size, etag) in &parts {
+        let expected = format!("-{}", size.div_ceil(5 << 20));
+        if *size > 5 << 20 {
+            assert!(etag.ends_with(&expected), "{listed}");
+        }
+    }
+    assert_eq!(
+        scalar(
+            &session(config.clone()).await,
+            "SELECT count(*) || '/' || count(DISTINCT transaction_id) FROM payments.transactions"
+        )
+        .await,
+        "800000/800000"
+    );
+
+    // A part size S3 does not take is refused by name, when the catalog
+    // is opened.
+    let mut config = config;
+    config.catalogs[0]
+        .config
+        .insert("s3.copy-part-size".into(), "1000".into());
+    let refused = icestage::register(&SessionContext::new(), config)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("s3.copy-part-size = '1000' is not a part size S3 takes"),
+        "{refused}"
+    );
+}

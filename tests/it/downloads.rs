@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    Warehouse, python_script, repo, run, scalar, shell_csv, stdout_of_success, value,
+    Warehouse, files_under, python_script, repo, run, scalar, shell_csv, stdout_of_success, value,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,6 +131,68 @@ async fn pyiceberg_reads_a_ready_download() {
     assert!(read.contains("\"rows\": 2"), "{read}");
     assert!(read.contains("\"columns\": [\"id\", \"name\"]"), "{read}");
     assert!(read.contains("{\"id\": 3, \"name\": null}"), "{read}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_reads_only_the_files_its_filter_can_match() {
+    let warehouse = Warehouse::new();
+    let ctx = warehouse.session().await;
+    run(&ctx, "CREATE SCHEMA s").await.unwrap();
+    run(
+        &ctx,
+        "CREATE TABLE s.p (id BIGINT NOT NULL, region VARCHAR) PARTITIONED BY (region)",
+    )
+    .await
+    .unwrap();
+    run(
+        &ctx,
+        "INSERT INTO s.p VALUES (1, 'eu'), (2, 'eu'), (3, 'us')",
+    )
+    .await
+    .unwrap();
+    run(&ctx, "INSERT INTO s.p VALUES (40, 'us'), (50, 'us')")
+        .await
+        .unwrap();
+    // The files a filter rules out are never opened: gone from storage,
+    // a download that needs none of them is unaffected.
+    let eu: Vec<_> = files_under(warehouse.path())
+        .into_iter()
+        .filter(|p| {
+            p.to_string_lossy().contains("region=eu")
+                && p.extension().is_some_and(|e| e == "parquet")
+        })
+        .collect();
+    assert!(!eu.is_empty());
+    for file in &eu {
+        std::fs::remove_file(file).unwrap();
+    }
+    let created = run(
+        &ctx,
+        "CREATE DOWNLOAD WITH (wait = true) AS SELECT id FROM s.p WHERE region = 'us' AND id > 3",
+    )
+    .await
+    .unwrap();
+    assert_eq!(value(&created, "state"), "ready");
+    let table = value(&created, "download_table");
+    assert_eq!(
+        scalar(
+            &ctx,
+            &format!("SELECT string_agg(CAST(id AS VARCHAR), ',' ORDER BY id) FROM {table}")
+        )
+        .await,
+        "40,50"
+    );
+    // A filter that needs them fails, naming what it could not read.
+    let failed = run(
+        &ctx,
+        "CREATE DOWNLOAD WITH (wait = true) AS SELECT id FROM s.p WHERE id < 3",
+    )
+    .await;
+    let failed = match failed {
+        Ok(batches) => value(&batches, "state"),
+        Err(e) => e.to_string(),
+    };
+    assert_ne!(failed, "ready");
 }
 
 #[test]

@@ -549,6 +549,13 @@ async fn patterns_hive_paths_and_metadata_columns() {
     .await
     .unwrap();
     assert_eq!(value(&copied, "rows"), "4");
+    // `_source_row` is the line a CSV row starts on (the header is line 1).
+    let lines_and_paths = [
+        "1|2026-07-01|eu|2|dt=2026-07-01/region=eu/part-0.csv",
+        "2|2026-07-01|eu|3|dt=2026-07-01/region=eu/part-0.csv",
+        "3|2026-07-02|us|2|dt=2026-07-02/region=us/part-0.csv",
+        "5||eu|2|dt=__HIVE_DEFAULT_PARTITION__/region=eu/part-9.csv",
+    ];
     assert_eq!(
         rows(
             &ctx,
@@ -557,12 +564,47 @@ async fn patterns_hive_paths_and_metadata_columns() {
              FROM raw.sales ORDER BY id"
         )
         .await,
-        [
-            "1|2026-07-01|eu|1|dt=2026-07-01/region=eu/part-0.csv",
-            "2|2026-07-01|eu|2|dt=2026-07-01/region=eu/part-0.csv",
-            "3|2026-07-02|us|1|dt=2026-07-02/region=us/part-0.csv",
-            "5||eu|1|dt=__HIVE_DEFAULT_PARTITION__/region=eu/part-9.csv",
-        ]
+        lines_and_paths
+    );
+    // read_s3_prefix adds the same columns with the same values.
+    assert_eq!(
+        rows(
+            &ctx,
+            &format!(
+                "SELECT id, CAST(dt AS VARCHAR), region, _source_row, \
+                 regexp_replace(_source_file, '^.*/(dt=)', '${{1}}') \
+                 FROM read_s3_prefix('{uri}', all_files => true, pattern => '.*[.]csv', \
+                 hive_partitioning => true, include_metadata => true) ORDER BY id"
+            )
+        )
+        .await,
+        lines_and_paths
+    );
+    assert_eq!(
+        scalar(
+            &ctx,
+            &format!(
+                "SELECT arrow_typeof(dt) || ' ' || arrow_typeof(_source_modified) \
+                 FROM read_s3_prefix('{uri}', all_files => true, pattern => '.*[.]csv', \
+                 hive_partitioning => true, include_metadata => true) LIMIT 1"
+            )
+        )
+        .await,
+        "Date32 Timestamp(µs, \"+00:00\")"
+    );
+    // A column the files hold is not shadowed by the path's.
+    write(dir, "clash/dt=2026-07-03/part-0.csv", "id,dt\n7,x\n");
+    let clash = error(
+        &ctx,
+        &format!(
+            "SELECT * FROM read_s3_prefix('{}', all_files => true, hive_partitioning => true)",
+            folder(&dir.join("clash"))
+        ),
+    )
+    .await;
+    assert!(
+        clash.contains("the column dt is both in the files and one read_s3_prefix adds"),
+        "{clash}"
     );
     assert_eq!(
         scalar(&ctx, "SELECT arrow_typeof(dt) FROM raw.sales LIMIT 1").await,

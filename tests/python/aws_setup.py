@@ -4,6 +4,7 @@
     aws_setup.py create-table-bucket ENDPOINT NAME    (prints its ARN)
     aws_setup.py put-object ENDPOINT BUCKET KEY TEXT
     aws_setup.py count-objects ENDPOINT BUCKET PREFIX (prints how many)
+    aws_setup.py etags ENDPOINT BUCKET PREFIX         (each object's key, size and ETag)
     aws_setup.py signing-identity ENDPOINT BUCKET     (the bucket and an IAM user
         allowed everything, whose keys it prints as JSON; from then on the
         emulator checks the signature and policy of every request)
@@ -41,6 +42,12 @@ if __name__ == "__main__":
         bucket, prefix = args
         pages = client("s3", endpoint).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         print(sum(len(page.get("Contents", [])) for page in pages))
+    elif command == "etags":
+        bucket, prefix = args
+        pages = client("s3", endpoint).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        for page in pages:
+            for item in page.get("Contents", []):
+                print(item["Key"], item["Size"], item["ETag"].strip('"'))
     elif command == "signing-identity":
         client("s3", endpoint).create_bucket(Bucket=args[0])
         iam = client("iam", endpoint)
