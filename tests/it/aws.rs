@@ -163,11 +163,16 @@ async fn upload_with_write_keys(
 /// A session on an S3 warehouse (its bucket created) holding the target
 /// `payments.transactions`.
 async fn s3_target(moto: &Moto, dir: &std::path::Path) -> SessionContext {
+    s3_target_with(moto, s3_warehouse(moto, dir)).await
+}
+
+/// The payments target in a fresh warehouse bucket, opened with `config`.
+async fn s3_target_with(moto: &Moto, config: IcestageConfig) -> SessionContext {
     python_script(
         "aws_setup.py",
         &["create-bucket", &moto.endpoint, "warehouse-bucket"],
     );
-    let ctx = session(s3_warehouse(moto, dir)).await;
+    let ctx = session(config).await;
     run(&ctx, "CREATE SCHEMA payments").await.unwrap();
     run(&ctx, TARGET).await.unwrap();
     ctx
@@ -661,18 +666,12 @@ async fn data_files_are_packed_and_orphans_found_on_an_s3_warehouse() {
 async fn a_staged_file_over_one_part_is_copied_by_the_store_in_parts() {
     let moto = Moto::start();
     let dir = tempfile::tempdir().unwrap();
-    python_script(
-        "aws_setup.py",
-        &["create-bucket", &moto.endpoint, "warehouse-bucket"],
-    );
     // Parts of 5 MiB (S3's smallest) stand in for 5 GiB ones.
     let mut config = s3_warehouse(&moto, dir.path());
     config.catalogs[0]
         .config
         .insert("s3.copy-part-size".into(), (5u64 << 20).to_string());
-    let ctx = session(config.clone()).await;
-    run(&ctx, "CREATE SCHEMA payments").await.unwrap();
-    run(&ctx, TARGET).await.unwrap();
+    let ctx = s3_target_with(&moto, config.clone()).await;
     let upload = run(&ctx, "CREATE UPLOAD FOR payments.transactions")
         .await
         .unwrap();
@@ -727,7 +726,6 @@ async fn a_staged_file_over_one_part_is_copied_by_the_store_in_parts() {
 
     // A part size S3 does not take is refused by name, when the catalog
     // is opened.
-    let mut config = config;
     config.catalogs[0]
         .config
         .insert("s3.copy-part-size".into(), "1000".into());
