@@ -660,15 +660,31 @@ impl IcebergCatalog {
     /// Drops `table` with its files, if it exists: as [`Self::remove_table`]
     /// does, through the deletion gate (iceberg's own purge is never run).
     pub(crate) async fn purge_if_exists(&self, table: &TableIdent) -> Result<()> {
-        let loaded = match self.catalog.load_table(table).await {
-            Ok(loaded) => loaded,
-            Err(e) if !self.catalog.table_exists(table).await.unwrap_or(true) => {
-                let _ = e;
-                return Ok(());
-            }
-            Err(e) => return Err(e.into()),
-        };
-        self.remove_table(&loaded, Removal::Everything).await
+        match self.load_if_present(table).await? {
+            Some(loaded) => self.remove_table(&loaded, Removal::Everything).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Loads `ident` if the catalog has it. A session table is removed
+    /// entry first, files next ([`Self::remove_table`]), so a load racing
+    /// its removal can read the pointer and then find the metadata file
+    /// gone: that, too, is `None` once the entry is gone.
+    pub(crate) async fn load_if_present(&self, ident: &TableIdent) -> Result<Option<Table>> {
+        match self.catalog.load_table(ident).await {
+            Ok(table) => Ok(Some(table)),
+            Err(e) if is_missing(&e) => Ok(None),
+            Err(e) => self.unless_removed(ident, e.into()).await.map(|()| None),
+        }
+    }
+
+    /// `error`, unless table `ident` is no longer in the catalog: what
+    /// failed read a table that was removed meanwhile.
+    pub(crate) async fn unless_removed(&self, ident: &TableIdent, error: Error) -> Result<()> {
+        if self.catalog.table_exists(ident).await.unwrap_or(true) {
+            return Err(error);
+        }
+        Ok(())
     }
 
     /// Creates `namespace` unless it exists (racing creators both succeed).
@@ -724,10 +740,7 @@ impl IcebergCatalog {
             .transpose()?;
         let table = match self.catalog.load_table(ident).await {
             Ok(table) => table,
-            Err(e)
-                if e.kind() == iceberg::ErrorKind::TableNotFound
-                    || e.kind() == iceberg::ErrorKind::NamespaceNotFound =>
-            {
+            Err(e) if is_missing(&e) => {
                 self.ensure_namespace(ident.namespace()).await?;
                 let schema = schema()?;
                 let creation = TableCreation::builder()
@@ -825,6 +838,14 @@ pub(crate) fn session_table_properties() -> HashMap<String, String> {
     let mut properties = owned_table_properties();
     properties.insert(upkeep::MANIFEST_MERGE_ENABLED.into(), "false".into());
     properties
+}
+
+/// True for "no such table / namespace" errors.
+pub(crate) fn is_missing(error: &iceberg::Error) -> bool {
+    matches!(
+        error.kind(),
+        iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
+    )
 }
 
 /// Properties of the tables only icestage writes ([`IcebergCatalog::owned_table`]):
@@ -927,4 +948,34 @@ pub(crate) async fn test_table(dir: &std::path::Path) -> (IcebergCatalog, Table)
         .await
         .unwrap();
     (catalog, table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_table_removed_while_it_is_read_is_absent_and_a_broken_one_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, table) = test_table(dir.path()).await;
+        let ident = table.identifier().clone();
+        assert!(catalog.load_if_present(&ident).await.unwrap().is_some());
+
+        // The metadata file gone while the entry stays is an error.
+        let metadata = table.metadata_location().unwrap();
+        let metadata = metadata.strip_prefix("file://").unwrap_or(metadata);
+        std::fs::rename(metadata, format!("{metadata}.away")).unwrap();
+        // A second connection: nothing of the table cached.
+        let config = crate::config::IcestageConfig::embedded(dir.path()).unwrap();
+        let catalog = IcebergCatalog::open(&config.catalogs[0]).await.unwrap();
+        let broken = catalog.load_if_present(&ident).await.unwrap_err();
+        assert!(broken.to_string().contains("No such file"), "{broken}");
+
+        // A read that failed because the table was removed meanwhile (its
+        // entry, then its files) is no error.
+        catalog.catalog().drop_table(&ident).await.unwrap();
+        let failed = Error::internal("the metadata file is gone");
+        catalog.unless_removed(&ident, failed).await.unwrap();
+        assert!(catalog.load_if_present(&ident).await.unwrap().is_none());
+    }
 }

@@ -31,7 +31,7 @@ use crate::catalog::commit::{Swap, swap_properties};
 use crate::error::{Error, Result};
 use crate::session::{
     PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_OWNER, PROP_STATE, SessionRecord,
-    id_shape, is_missing, property_time, random_id, state_named,
+    id_shape, property_time, random_id, state_named,
 };
 
 /// Namespace of download tables.
@@ -302,10 +302,8 @@ pub(crate) async fn find_download(
 ) -> Result<Option<Download>> {
     let ident = id.table();
     for catalog in icestage.catalogs() {
-        match catalog.catalog().load_table(&ident).await {
-            Ok(table) => return Ok(Some(Download::from_table(Arc::clone(catalog), table)?)),
-            Err(e) if is_missing(&e) => continue,
-            Err(e) => return Err(e.into()),
+        if let Some(table) = catalog.load_if_present(&ident).await? {
+            return Ok(Some(Download::from_table(Arc::clone(catalog), table)?));
         }
     }
     Ok(None)
@@ -322,14 +320,10 @@ pub(crate) async fn list_downloads(catalog: &Arc<IcebergCatalog>) -> Result<Vec<
         if !ident.name().starts_with(DOWNLOAD_TABLE_PREFIX) {
             continue;
         }
-        match catalog.catalog().load_table(&ident).await {
-            Ok(table) => {
-                if let Ok(download) = Download::from_table(Arc::clone(catalog), table) {
-                    found.push(download);
-                }
-            }
-            Err(e) if is_missing(&e) => continue,
-            Err(e) => return Err(e.into()),
+        if let Some(table) = catalog.load_if_present(&ident).await?
+            && let Ok(download) = Download::from_table(Arc::clone(catalog), table)
+        {
+            found.push(download);
         }
     }
     Ok(found)

@@ -508,10 +508,8 @@ pub(crate) async fn list(icestage: &Icestage) -> Result<Vec<Pipe>> {
                 name: short.to_string(),
             };
             // A pipe dropped while listing is no error.
-            match catalog.catalog().load_table(&ident).await {
-                Ok(table) => pipes.push(Pipe::from_table(&name, catalog.name(), table)?),
-                Err(e) if is_missing(&e) => {}
-                Err(e) => return Err(e.into()),
+            if let Some(table) = catalog.load_if_present(&ident).await? {
+                pipes.push(Pipe::from_table(&name, catalog.name(), table)?);
             }
         }
     }

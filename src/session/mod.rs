@@ -98,13 +98,7 @@ pub(crate) fn failpoint(name: &str) {
     let _ = name;
 }
 
-/// True for "no such table / namespace" errors.
-pub(crate) fn is_missing(error: &iceberg::Error) -> bool {
-    matches!(
-        error.kind(),
-        iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
-    )
-}
+pub(crate) use crate::catalog::is_missing;
 
 /// What a command needs while it runs.
 pub(crate) struct CommandContext {

@@ -11,7 +11,7 @@ use futures::TryStreamExt;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
-use super::{STAGING_NAMESPACE, UploadId, is_missing};
+use super::{STAGING_NAMESPACE, UploadId};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::insert::append_rows;
 use crate::error::{Error, Result};
@@ -108,10 +108,8 @@ pub(crate) async fn discard(catalog: &IcebergCatalog, id: &UploadId) -> Result<(
 
 /// The findings of upload `id`, or `None` when it has none recorded.
 pub(crate) async fn read(catalog: &IcebergCatalog, id: &UploadId) -> Result<Option<Vec<Finding>>> {
-    let table = match catalog.catalog().load_table(&findings_ident(id)).await {
-        Ok(table) => table,
-        Err(e) if is_missing(&e) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let Some(table) = catalog.load_if_present(&findings_ident(id)).await? else {
+        return Ok(None);
     };
     let batches: Vec<RecordBatch> = table
         .scan()

@@ -488,10 +488,13 @@ impl Drop for ClaimGuard {
 pub(crate) async fn find_staging(icestage: &Icestage, id: &UploadId) -> Result<Option<Staging>> {
     let ident = id.staging_table();
     for catalog in icestage.catalogs() {
-        match catalog.catalog().load_table(&ident).await {
-            Ok(table) => return Ok(Some(Staging::open(Arc::clone(catalog), table).await?)),
-            Err(e) if is_missing(&e) => continue,
-            Err(e) => return Err(e.into()),
+        let Some(table) = catalog.load_if_present(&ident).await? else {
+            continue;
+        };
+        // Opening reads the metadata again: the session may end meanwhile.
+        match Staging::open(Arc::clone(catalog), table).await {
+            Ok(staging) => return Ok(Some(staging)),
+            Err(e) => catalog.unless_removed(&ident, e).await?,
         }
     }
     Ok(None)
@@ -508,15 +511,11 @@ pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<St
         if UploadId::from_staging_name(ident.name()).is_none() {
             continue;
         }
-        match catalog.catalog().load_table(&ident).await {
-            Ok(table) => {
-                if let Ok(session) = Staging::open(Arc::clone(catalog), table).await {
-                    sessions.push(session);
-                }
-            }
-            // Dropped between listing and loading: it finished meanwhile.
-            Err(e) if is_missing(&e) => continue,
-            Err(e) => return Err(e.into()),
+        // Removed between listing and loading: it finished meanwhile.
+        if let Some(table) = catalog.load_if_present(&ident).await?
+            && let Ok(session) = Staging::open(Arc::clone(catalog), table).await
+        {
+            sessions.push(session);
         }
     }
     Ok(sessions)
