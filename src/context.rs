@@ -8,14 +8,14 @@ use datafusion::dataframe::DataFrame;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
 
-use crate::catalog::provider::IcestageCatalogProvider;
+use crate::catalog::bridge::provider::IcestageCatalogProvider;
 use crate::config::{IcestageConfig, IcestageOptions};
 use crate::error::{Error, Result};
 use crate::functions;
 use crate::plan::{IcestageQueryPlanner, statement_to_plan};
 use crate::sql::parser::{IcestageParser, Statement};
 
-pub use crate::catalog::Icestage;
+pub use crate::catalog::Catalogs;
 
 /// Registers everything icestage adds into `ctx`: the Iceberg catalogs of
 /// `config` (the first, or `default_catalog`, becomes the session's default
@@ -32,14 +32,16 @@ pub use crate::catalog::Icestage;
 /// let batches = icestage::sql(&ctx, "SELECT * FROM uploads()").await?.collect().await?;
 /// # Ok(()) }
 /// ```
-pub async fn register(ctx: &SessionContext, config: IcestageConfig) -> Result<Arc<Icestage>> {
+pub async fn register(ctx: &SessionContext, config: IcestageConfig) -> Result<Arc<Catalogs>> {
     crate::limits::install(config.limits);
     // The Avro reader's own bound on one allocation (set once per process).
     apache_avro::util::max_allocation_bytes(
         usize::try_from(config.limits.metadata_inflated_bytes).unwrap_or(usize::MAX),
     );
-    crate::catalog::upkeep::install_data_rewrite(crate::tables::maintain::rewrite_in_background);
-    let icestage = Arc::new(Icestage::connect(&config).await?);
+    crate::catalog::maintain::upkeep::install_data_rewrite(
+        crate::tables::maintain::rewrite_in_background,
+    );
+    let icestage = Arc::new(Catalogs::connect(&config).await?);
     for catalog in icestage.catalogs() {
         ctx.register_catalog(
             catalog.name(),

@@ -140,7 +140,7 @@ pub(crate) async fn expire_snapshots(
     let catalog = ctx.icestage.catalog(catalog)?;
     // This process's background merge of the table waits (it would make
     // this a conflict).
-    let _turn = crate::catalog::upkeep::turn(catalog, ident).await;
+    let _turn = crate::catalog::maintain::upkeep::turn(catalog, ident).await;
     let table = catalog.catalog().load_table(ident).await?;
     if !gc_enabled(&table) {
         return Err(crate::error::Error::invalid(format!(
@@ -176,7 +176,7 @@ pub(crate) async fn expire_snapshots(
         .filter_map(|s| s.summary().additional_properties.get(SNAPSHOT_UPLOAD_ID))
         .collect();
     let unpublished = |props: &std::collections::HashMap<String, String>| {
-        props.contains_key(crate::catalog::branch::SNAPSHOT_BRANCH)
+        props.contains_key(crate::catalog::commit::branch::SNAPSHOT_BRANCH)
             && props
                 .get(SNAPSHOT_UPLOAD_ID)
                 .is_some_and(|id| !on_main.contains(id))

@@ -25,14 +25,14 @@ pub const TARGETS: &[(&str, Target)] = &[
 
 /// The Avro container guard alone.
 pub fn avro_container(bytes: &[u8]) -> Result<(), String> {
-    crate::catalog::manifest::check_container(bytes, INFLATE_BOUND)
+    crate::catalog::manifests::check_container(bytes, INFLATE_BOUND)
 }
 
 /// A manifest list, as a session's commit names it (v1 and v2).
 pub fn manifest_list(bytes: &[u8]) -> Result<(), String> {
     avro_container(bytes)?;
     for version in [FormatVersion::V1, FormatVersion::V2] {
-        crate::catalog::manifest::decode_list(bytes, version, "input")
+        crate::catalog::manifests::decode_list(bytes, version, "input")
             .map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -41,7 +41,7 @@ pub fn manifest_list(bytes: &[u8]) -> Result<(), String> {
 /// A manifest, as a manifest list names it.
 pub fn manifest(bytes: &[u8]) -> Result<(), String> {
     avro_container(bytes)?;
-    crate::catalog::manifest::decode_manifest(bytes, "input")
+    crate::catalog::manifests::decode_manifest(bytes, "input")
         .map(|_| ())
         .map_err(|e| e.to_string())
 }

@@ -2,7 +2,6 @@
 #![deny(clippy::clone_on_ref_ptr)]
 #![warn(missing_docs)]
 
-mod api;
 mod aws;
 mod catalog;
 pub mod cluster;
@@ -18,6 +17,7 @@ pub mod fuzz;
 mod ingest;
 pub mod limits;
 mod metrics;
+mod operations;
 mod pipe;
 mod plan;
 #[cfg(feature = "cluster")]
@@ -31,9 +31,8 @@ pub mod sql;
 mod tables;
 mod upload;
 
-pub use api::Operations;
+pub use catalog::Catalogs;
 pub use catalog::IcebergCatalog;
-pub use catalog::Icestage;
 pub use config::{
     CatalogConfig, EMBEDDED_CATALOG_FILE, EMBEDDED_CATALOG_NAME, IcestageConfig, IcestageOptions,
     Ttl, parse_duration,
@@ -52,6 +51,7 @@ pub use ingest::{
     Compression, Format, MatchByName, OnError, Pattern, SchemaEvolution, SourceOptions,
     ValidationMode,
 };
+pub use operations::Operations;
 pub use pipe::run::PipeRun;
 pub use pipe::{
     CreatePipe, PIPE_TABLE_PREFIX, PipeName, PipeOptions, PipeRunRecord, PipeState, PipeStatus,

@@ -1,46 +1,50 @@
 //! The Iceberg catalogs icestage serves, and their bridge into DataFusion.
 //!
 //! [`IcebergCatalog`] is one configured catalog (an iceberg [`Catalog`] plus
-//! what icestage must know about its storage); [`provider`] exposes it to
-//! DataFusion so that every lookup reads the catalog afresh; [`scoped`] holds
-//! the catalog decorator used for commits that must re-check a condition on
-//! every attempt; [`ddl`] turns `CREATE TABLE` into an Iceberg table.
+//! what icestage must know about its storage). This folder holds connecting
+//! to catalogs, one file per concern of a backend: the SQL catalog's
+//! database ([`database`]), a REST catalog's exact commits and OAuth2
+//! ([`rest_backend`], [`oauth`]), views ([`views`]), the pointer swap
+//! ([`pointer`]), tables kept once loaded ([`cache`]), the decorator that
+//! re-checks a condition at every load ([`scoped`]), which table a folder
+//! belongs to ([`claims`]), path confinement and the one deletion gate
+//! ([`confine`]), object copies ([`copy`]) and the leaf helpers for
+//! snapshots ([`snapshot`]). Beside them, each in its own folder:
+//!
+//! - [`commit`]: the exactly-once commit protocol (appends, claims of a
+//!   client's commit, group commits, replacing files, audit branches);
+//! - [`maintain`]: what keeps a table in shape (manifest merges, data-file
+//!   rewrites, orphan files, the upkeep an append leaves due);
+//! - [`manifests`]: manifests a client wrote, read within bounds, and
+//!   manifests decoded once for lookups;
+//! - [`bridge`]: DataFusion's view of a catalog, `INSERT INTO`, and the one
+//!   Parquet writer.
 
-pub(crate) mod append;
-pub(crate) mod bin_pack;
-pub(crate) mod branch;
+pub(crate) mod bridge;
 pub(crate) mod cache;
 pub(crate) mod claims;
 pub(crate) mod commit;
-pub(crate) mod compact;
 pub(crate) mod confine;
 pub(crate) mod copy;
 pub(crate) mod database;
-pub(crate) mod group;
-pub(crate) mod insert;
-pub(crate) mod lookup;
-pub(crate) mod manifest;
+pub(crate) mod maintain;
+pub(crate) mod manifests;
 pub(crate) mod oauth;
-pub(crate) mod orphans;
 pub(crate) mod pointer;
-pub(crate) mod provider;
 pub(crate) mod registry;
-pub(crate) mod replace;
-pub(crate) mod rest;
+pub(crate) mod rest_backend;
 pub(crate) mod scoped;
 pub(crate) mod snapshot;
-pub(crate) mod upkeep;
 pub(crate) mod views;
-pub(crate) mod writer;
 
 /// Namespace of staging tables.
 pub const STAGING_NAMESPACE: &str = "staging";
 
-pub use registry::Icestage;
+pub use registry::Catalogs;
 
-/// Whose table an append went to, which decides its upkeep.
+/// Who owns the table an append went to, which decides its upkeep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Whose {
+pub(crate) enum Owner {
     /// One of icestage's own tables (logs, `copy_log`, deliveries).
     Icestage,
     /// A user's table: a target, a staging or download table, a table
@@ -84,7 +88,7 @@ pub(crate) enum CatalogKind {
     },
     /// An Iceberg REST catalog: it places tables and vends storage access
     /// itself; icestage's exact commits pin its version ref
-    /// ([`rest`]).
+    /// ([`rest_backend`]).
     Rest {
         uri: String,
         warehouse: Option<String>,
@@ -107,16 +111,16 @@ pub struct IcebergCatalog {
     aws: AwsSettings,
     /// Properties a third-party client (PyIceberg `load_catalog`) needs.
     client_properties: BTreeMap<String, String>,
-    /// Per-table turns and group commits of this process ([`group`]).
-    local: Arc<group::Local>,
+    /// Per-table turns and group commits of this process ([`commit::group`]).
+    local: Arc<commit::group::Local>,
     /// Compare-and-swap of table pointers, for commits that must land on the
     /// version they checked.
     pointers: pointer::PointerStore,
     /// The key that seals sessions' authority, once read (see `upload::seal`).
     seal_key: Arc<tokio::sync::OnceCell<Vec<u8>>>,
     /// Manifests decoded once, for lookups by partition value and reads by
-    /// time ([`lookup`]).
-    manifests: Arc<lookup::Manifests>,
+    /// time ([`manifests::lookup`]).
+    manifests: Arc<manifests::lookup::Manifests>,
 }
 
 impl fmt::Debug for IcebergCatalog {
@@ -324,14 +328,16 @@ impl IcebergCatalog {
             .iter()
             .filter_map(|(k, v)| Some((k.strip_prefix("header.")?.to_string(), v.clone())))
             .collect();
-        let commits = rest::RestCommits::connect(
+        let commits = rest_backend::RestCommits::connect(
             &config.name,
             &uri,
             warehouse.as_deref(),
             match (&token, &credentials) {
-                (Some(token), _) => rest::Bearer::Token(token.clone()),
-                (None, Some(credentials)) => rest::Bearer::Credentials(Arc::clone(credentials)),
-                (None, None) => rest::Bearer::None,
+                (Some(token), _) => rest_backend::Bearer::Token(token.clone()),
+                (None, Some(credentials)) => {
+                    rest_backend::Bearer::Credentials(Arc::clone(credentials))
+                }
+                (None, None) => rest_backend::Bearer::None,
             },
             &headers,
         )
@@ -436,12 +442,12 @@ impl IcebergCatalog {
     }
 
     /// This process's turns, and the queues of its group commits.
-    pub(crate) fn local(&self) -> &group::Local {
+    pub(crate) fn local(&self) -> &commit::group::Local {
         &self.local
     }
 
-    /// The manifests this process decoded, by path ([`lookup`]).
-    pub(crate) fn manifests(&self) -> &lookup::Manifests {
+    /// The manifests this process decoded, by path ([`manifests::lookup`]).
+    pub(crate) fn manifests(&self) -> &manifests::lookup::Manifests {
         &self.manifests
     }
 
@@ -474,9 +480,9 @@ impl IcebergCatalog {
 
     /// Reports an append this process committed to `appended`: the upkeep
     /// it leaves due (snapshot expiry, manifest merges) runs apart
-    /// ([`upkeep`]). Commit code calls this, never the upkeep itself.
-    pub(crate) fn appended(&self, appended: Table, whose: Whose) {
-        upkeep::after_append(self, appended, whose);
+    /// ([`maintain::upkeep`]). Commit code calls this, never the upkeep itself.
+    pub(crate) fn appended(&self, appended: Table, whose: Owner) {
+        maintain::upkeep::after_append(self, appended, whose);
     }
 
     /// [`IcebergCatalog::appended`] for the version a commit of this process
@@ -489,7 +495,7 @@ impl IcebergCatalog {
         location: String,
     ) {
         if let Ok(current) = snapshot::successor(base, metadata, location) {
-            self.appended(current, Whose::User);
+            self.appended(current, Owner::User);
         }
     }
 
@@ -654,7 +660,7 @@ impl IcebergCatalog {
         let Some(location) = location else {
             return Ok(());
         };
-        manifest::delete_confined(table, &location, removal).await
+        manifests::delete_confined(table, &location, removal).await
     }
 
     /// Drops `table` with its files, if it exists: as [`Self::remove_table`]
@@ -796,7 +802,7 @@ impl IcebergCatalog {
             }
             // A race with another process (an append, the same change) is
             // met by looking again.
-            let _ = append::apply_append(self, &table, updates).await?;
+            let _ = commit::append::apply_append(self, &table, updates).await?;
             table = self.catalog.load_table(table.identifier()).await?;
         }
         Ok(table)
@@ -836,7 +842,10 @@ pub(crate) fn owned_table_properties() -> HashMap<String, String> {
 /// download table one fill.
 pub(crate) fn session_table_properties() -> HashMap<String, String> {
     let mut properties = owned_table_properties();
-    properties.insert(upkeep::MANIFEST_MERGE_ENABLED.into(), "false".into());
+    properties.insert(
+        maintain::upkeep::MANIFEST_MERGE_ENABLED.into(),
+        "false".into(),
+    );
     properties
 }
 
@@ -857,8 +866,8 @@ pub(crate) fn is_missing(error: &iceberg::Error) -> bool {
 /// contexts cost more than they save.
 fn own_properties(schema: &Schema) -> HashMap<String, String> {
     let mut properties = owned_table_properties();
-    properties.insert(writer::METRICS_DEFAULT.into(), "none".into());
-    properties.insert(writer::CODEC_PROPERTY.into(), "snappy".into());
+    properties.insert(bridge::writer::METRICS_DEFAULT.into(), "none".into());
+    properties.insert(bridge::writer::CODEC_PROPERTY.into(), "snappy".into());
     for field in schema.as_struct().fields() {
         if matches!(
             *field.field_type,
@@ -867,7 +876,7 @@ fn own_properties(schema: &Schema) -> HashMap<String, String> {
             )
         ) {
             properties.insert(
-                format!("{}{}", writer::METRICS_COLUMN, field.name),
+                format!("{}{}", bridge::writer::METRICS_COLUMN, field.name),
                 "full".into(),
             );
         }
@@ -917,7 +926,7 @@ pub(crate) async fn test_files(table: &Table, ids: Vec<i64>) -> Vec<iceberg::spe
         iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
     );
     let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(ids))]).unwrap();
-    writer::write_rows(
+    bridge::writer::write_rows(
         table,
         &format!("test-{}", uuid::Uuid::new_v4().simple()),
         futures::stream::iter([Ok(batch)]),

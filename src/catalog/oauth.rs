@@ -4,7 +4,7 @@
 //! endpoint (`<uri>/v1/oauth/tokens`, or `oauth2-server-uri`), fetched again
 //! once half its lifetime has passed.
 //!
-//! icestage's own commits ([`super::rest::RestCommits`]) take the token
+//! icestage's own commits ([`super::rest_backend::RestCommits`]) take the token
 //! from here on every request; iceberg's REST catalog exchanges the same
 //! credential itself and is told to fetch anew on the same schedule
 //! ([`keep_fresh`]).

@@ -15,7 +15,7 @@
 //!   location, and `UpdateTableMetadataLocation` takes that token, so a
 //!   location that moved since answers a conflict;
 //! * a REST catalog: icestage cannot swap its pointer, but it can make the
-//!   catalog's own requirements pin the version ([`super::rest`]).
+//!   catalog's own requirements pin the version ([`super::rest_backend`]).
 //!
 //! [`PointerStore::commit`] is the one way in: a commit's requirements and
 //! updates, applied on exactly the version the caller loaded.
@@ -43,7 +43,7 @@ pub(crate) enum PointerStore {
         bucket_arn: String,
     },
     /// An Iceberg REST catalog, whose commits icestage sends itself.
-    Rest(super::rest::RestCommits),
+    Rest(super::rest_backend::RestCommits),
 }
 
 impl fmt::Debug for PointerStore {

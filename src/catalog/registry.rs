@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 /// The catalogs of an icestage session: a typed service that lives in the
 /// DataFusion session config, where every command finds it.
 #[derive(Debug)]
-pub struct Icestage {
+pub struct Catalogs {
     catalogs: Vec<Arc<IcebergCatalog>>,
     default_catalog: usize,
     /// Work this process started in the background (downloads being
@@ -22,7 +22,7 @@ pub struct Icestage {
     background: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
-impl Icestage {
+impl Catalogs {
     /// Opens every catalog of `config`.
     pub async fn connect(config: &IcestageConfig) -> Result<Self> {
         let mut catalogs = Vec::with_capacity(config.catalogs.len());
@@ -55,7 +55,7 @@ impl Icestage {
         })
     }
 
-    /// Keeps `task` so that [`Icestage::finish_background_work`] waits for it.
+    /// Keeps `task` so that [`Catalogs::finish_background_work`] waits for it.
     pub(crate) fn keep_background(&self, task: tokio::task::JoinHandle<()>) {
         let mut tasks = self.background.lock().expect("background tasks");
         tasks.retain(|t| !t.is_finished());

@@ -33,7 +33,7 @@ use iceberg::table::Table;
 use serde::{Deserialize, Serialize};
 
 use super::recipe::Recipe;
-use crate::catalog::writer::write_rows;
+use crate::catalog::bridge::writer::write_rows;
 use crate::error::{Error, Result};
 
 /// The one column a write answers: a data file's description.

@@ -3,12 +3,12 @@
 //! only its hash kept on the download table; a new token replaces the last.
 
 use super::{DownloadId, DownloadState, find_download};
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::error::{Error, Result};
 use crate::session::token::{self, TokenKind};
 
 /// A new read-only access token for download `id`'s table.
-pub(crate) async fn issue_access_token(icestage: &Icestage, id: &DownloadId) -> Result<String> {
+pub(crate) async fn issue_access_token(icestage: &Catalogs, id: &DownloadId) -> Result<String> {
     let download = find_download(icestage, id)
         .await?
         .ok_or_else(|| Error::UnknownDownload(id.to_string()))?;

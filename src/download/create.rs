@@ -20,7 +20,7 @@ use super::{
     DOWNLOADS_NAMESPACE, DownloadId, DownloadState, PROP_DOWNLOAD_ID, PROP_HEARTBEAT_AT,
     PROP_LEASE_SECONDS, PROP_QUERY, PROP_SOURCES,
 };
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::cluster::{Cluster, Recipe, RecipeTable};
 use crate::config::{IcestageOptions, Ttl, bounded_ttl};
 use crate::error::{Error, Result};
@@ -115,7 +115,7 @@ pub(crate) struct CreateDownload {
 /// fills it (cast to the table's types).
 pub(crate) async fn plan_download(
     state: &SessionState,
-    icestage: &Icestage,
+    icestage: &Catalogs,
     plan: LogicalPlan,
     query: String,
     options: DownloadOptions,
@@ -177,7 +177,7 @@ pub(crate) async fn plan_download(
 /// its executors can open.
 async fn pin_snapshots(
     state: &SessionState,
-    icestage: &Icestage,
+    icestage: &Catalogs,
     plan: LogicalPlan,
     cluster: Option<&Cluster>,
 ) -> Result<(LogicalPlan, BTreeMap<String, Option<i64>>, Vec<Area>)> {

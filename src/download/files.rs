@@ -27,9 +27,9 @@ use iceberg::io::FileIO;
 use iceberg::table::Table;
 
 use crate::catalog::IcebergCatalog;
+use crate::catalog::bridge::writer::BatchMap;
 use crate::catalog::confine::{is_under, local, through_link};
 use crate::catalog::copy::Copier;
-use crate::catalog::writer::BatchMap;
 use crate::error::{Error, Result};
 use crate::tables::files::{
     MAX_FILES, PARALLEL, copy_local, files_folder, hash, long_field, text_field,

@@ -25,8 +25,8 @@ use chrono::{DateTime, Utc};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 
+use crate::catalog::Catalogs;
 use crate::catalog::IcebergCatalog;
-use crate::catalog::Icestage;
 use crate::catalog::commit::{Swap, swap_properties};
 use crate::error::{Error, Result};
 use crate::session::{
@@ -297,7 +297,7 @@ impl Download {
 
 /// Finds the live download `id` in any catalog.
 pub(crate) async fn find_download(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     id: &DownloadId,
 ) -> Result<Option<Download>> {
     let ident = id.table();

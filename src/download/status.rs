@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{Download, DownloadId, DownloadRecord, DownloadState, find_download, list_downloads};
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
@@ -29,7 +29,7 @@ fn unknown(id: &DownloadId) -> Error {
 /// The status of download `id`, if any catalog knows it. A pending download
 /// whose filler stopped answering is marked failed on the way.
 pub(crate) async fn status_of(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     id: &DownloadId,
 ) -> Result<Option<DownloadRecord>> {
     if let Some(mut download) = find_download(icestage, id).await? {
@@ -202,7 +202,7 @@ pub(crate) async fn drop_download(
 
 /// Removes downloads whose time ran out; a pending one only once its filler
 /// stopped. Returns how many tables were removed.
-pub(crate) async fn expire(icestage: &Icestage) -> Result<i64> {
+pub(crate) async fn expire(icestage: &Catalogs) -> Result<i64> {
     let now = Utc::now();
     let mut removed = 0;
     for catalog in icestage.catalogs() {

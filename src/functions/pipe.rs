@@ -9,7 +9,7 @@ use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::Expr;
 
 use super::{CommandTable, at_most, string_arg};
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::ingest::rejects::CopyReject;
 use crate::pipe::PipeName;
 use crate::plan::Command;
@@ -52,7 +52,7 @@ impl TableFunctionImpl for CopyRejectsFunc {
         Ok(CommandTable::new(
             CopyReject::schema(),
             Arc::new(move |state| {
-                let icestage = Icestage::from_config(state.config())?;
+                let icestage = Catalogs::from_config(state.config())?;
                 let (catalog, table) =
                     icestage.resolve(state, &TableReference::from(table.as_str()))?;
                 Ok(Command::CopyRejects {

@@ -9,7 +9,7 @@ use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::Expr;
 
 use super::{CommandTable, at_most, string_arg};
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::config::Ttl;
 use crate::credentials::AccessMode;
 use crate::credentials::vend::vend_duration;
@@ -64,7 +64,7 @@ impl TableFunctionImpl for CreateUploadFunc {
         Ok(CommandTable::new(
             UploadOpened::schema(),
             Arc::new(move |state| {
-                let icestage = Icestage::from_config(state.config())?;
+                let icestage = Catalogs::from_config(state.config())?;
                 let (catalog, target) =
                     icestage.resolve(state, &TableReference::from(table.as_str()))?;
                 Ok(Command::CreateUpload {
@@ -153,7 +153,7 @@ impl TableFunctionImpl for TableConstraintsFunc {
         Ok(CommandTable::new(
             TableConstraint::schema(),
             Arc::new(move |state| {
-                let icestage = Icestage::from_config(state.config())?;
+                let icestage = Catalogs::from_config(state.config())?;
                 let (catalog, table) =
                     icestage.resolve(state, &TableReference::from(table.as_str()))?;
                 Ok(Command::ListConstraints {

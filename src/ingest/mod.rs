@@ -8,7 +8,7 @@
 //! functions, [`copy_into`] lands them exactly once per file.
 
 pub(crate) mod by_file;
-pub(crate) mod codec;
+pub(crate) mod compression;
 pub(crate) mod copy_into;
 #[cfg(feature = "cluster")]
 pub(crate) mod distribute;

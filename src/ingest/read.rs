@@ -27,7 +27,7 @@ use futures::StreamExt;
 use object_store::{ObjectMeta, ObjectStore};
 use tempfile::TempDir;
 
-use super::codec::{compression_type, stage_locally};
+use super::compression::{compression_type, stage_locally};
 use super::options::{Compression, Format, SourceOptions};
 use super::pages::GuardedParquet;
 use super::source::{Access, SourceFile, select};

@@ -18,7 +18,7 @@ use futures::{Stream, StreamExt};
 use object_store::ObjectStoreExt;
 use tokio::sync::mpsc;
 
-use super::codec::compression_type;
+use super::compression::compression_type;
 use super::options::{Format, SourceOptions};
 use super::source::{Access, Location, SourceFile};
 use crate::error::{Error, Result};

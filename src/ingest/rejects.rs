@@ -17,7 +17,7 @@ use iceberg::spec::{Datum, PrimitiveType, Schema};
 
 use super::records::Rejected;
 use crate::catalog::IcebergCatalog;
-use crate::catalog::insert::append_rows;
+use crate::catalog::bridge::insert::append_rows;
 use crate::error::{Error, Result};
 use crate::rows::{Value, result_row};
 use crate::session::is_missing;

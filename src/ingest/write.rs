@@ -17,8 +17,8 @@ use super::read::{PrefixTable, Source};
 use super::records::{Conform, Rejected, csv_columns, delimiter, refuse, text_rows};
 use super::shape::{Plan, RowErrors, extras};
 use super::source::{Access, SourceFile};
+use crate::catalog::bridge::writer::write_rows;
 use crate::catalog::column_names;
-use crate::catalog::writer::write_rows;
 use crate::error::{Error, ErrorKind, Result};
 
 /// The most rows of one file a copy rejects; past it the whole file fails

@@ -10,9 +10,9 @@ use chrono::{DateTime, Utc};
 
 use super::notify::Notifications;
 use super::{Failure, MAX_REMEMBERED_FAILURES, Pipe, PipeName, list, load, short_error};
+use crate::catalog::bridge::insert::append_rows;
 use crate::catalog::commit::{Swap, swap_properties};
-use crate::catalog::insert::append_rows;
-use crate::catalog::{IcebergCatalog, Icestage};
+use crate::catalog::{Catalogs, IcebergCatalog};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::ingest::copy_into::{CopyRun, Loaded, copy_files, loaded_files};
@@ -64,7 +64,7 @@ pub(crate) fn runner_id() -> &'static str {
 /// paused; refused while another runner holds it. With a `cluster`, its
 /// executors read and write the files.
 pub(crate) async fn run_pipe(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     name: &PipeName,
     cluster: Option<&Cluster>,
 ) -> Result<PipeRun> {
@@ -78,7 +78,7 @@ pub(crate) async fn run_pipe(
 /// this process if no other runner holds it: what `icestage serve` calls
 /// every second. One pipe's failure does not keep the others from running.
 pub(crate) async fn run_due(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     cluster: Option<&Cluster>,
 ) -> Result<Vec<(PipeName, Result<PipeRun>)>> {
     let now = Utc::now();
@@ -122,7 +122,7 @@ fn heartbeat(
         loop {
             tokio::time::sleep(lease / 3).await;
             let until = Utc::now() + lease;
-            let renewed = super::swap_if_held(
+            let renewed = swap_if_held(
                 &catalog,
                 &table,
                 &holder,
@@ -139,7 +139,7 @@ fn heartbeat(
 }
 
 async fn run(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     pipe: Pipe,
     manual: bool,
     cluster: Option<&Cluster>,
@@ -263,7 +263,7 @@ async fn run(
     let mut released = properties.clone();
     released.insert(super::PROP_HOLDER.to_string(), String::new());
     released.insert(super::PROP_UNTIL.to_string(), String::new());
-    if super::swap_if_held(&catalog, &pipe.table, me, released)
+    if swap_if_held(&catalog, &pipe.table, me, released)
         .await?
         .is_none()
     {
@@ -430,7 +430,7 @@ fn record(name: &str, run: &crate::ingest::copy_into::CopyRun, started: DateTime
 
 /// The files under the pipe's prefix not loaded yet (failed ones left out),
 /// and the age in seconds of the oldest.
-pub(crate) async fn pending(icestage: &Icestage, pipe: &Pipe) -> Result<(i64, Option<i64>)> {
+pub(crate) async fn pending(icestage: &Catalogs, pipe: &Pipe) -> Result<(i64, Option<i64>)> {
     let options = pipe.source_options()?;
     let access = Access::open(&pipe.uri, &options).await?;
     let files = candidates(&access).await?;
@@ -448,4 +448,26 @@ pub(crate) async fn pending(icestage: &Icestage, pipe: &Pipe) -> Result<(i64, Op
     let oldest = waiting.iter().map(|f| f.meta.last_modified).min();
     let lag = oldest.map(|at| Utc::now().signed_duration_since(at).num_seconds().max(0));
     Ok((waiting.len() as i64, lag))
+}
+
+/// Sets `properties` on the pipe if it is still held by `holder`.
+async fn swap_if_held(
+    catalog: &IcebergCatalog,
+    table: &iceberg::table::Table,
+    holder: &str,
+    properties: HashMap<String, String>,
+) -> Result<Option<iceberg::table::Table>> {
+    let holder = holder.to_string();
+    match swap_properties(
+        catalog,
+        table,
+        super::PROP_HOLDER,
+        move |props| props.get(super::PROP_HOLDER) == Some(&holder),
+        properties,
+    )
+    .await?
+    {
+        Swap::Done(table) => Ok(Some(table)),
+        Swap::Refused(_) => Ok(None),
+    }
 }

@@ -320,7 +320,7 @@ impl Command {
             Command::CopyRejects { catalog, table } => CopyReject::to_batch(
                 &crate::ingest::copy_into::rejects_of(&ctx, catalog, table).await?,
             ),
-            Command::CreatePipe(create) => one(pipe::create(&ctx.icestage, create).await?),
+            Command::CreatePipe(create) => one(pipe::create::create(&ctx.icestage, create).await?),
             Command::RunPipe { name } => one(pipe::run::run_pipe(
                 &ctx.icestage,
                 name,
@@ -328,14 +328,16 @@ impl Command {
             )
             .await?),
             Command::AlterPipe { name, state } => {
-                one(pipe::set_state(&ctx.icestage, name, *state).await?)
+                one(pipe::alter::set_state(&ctx.icestage, name, *state).await?)
             }
             Command::DropPipe { name, if_exists } => {
-                pipe::drop(&ctx.icestage, name, *if_exists).await?;
+                pipe::drop::drop_pipe(&ctx.icestage, name, *if_exists).await?;
                 Ok(RecordBatch::new_empty(self.schema()))
             }
-            Command::ListPipes => PipeStatus::to_batch(&pipe::statuses(&ctx.icestage).await?),
-            Command::PipeStatus { name } => one(pipe::status(&ctx.icestage, name).await?),
+            Command::ListPipes => {
+                PipeStatus::to_batch(&pipe::status::statuses(&ctx.icestage).await?)
+            }
+            Command::PipeStatus { name } => one(pipe::status::status(&ctx.icestage, name).await?),
             Command::AbortUpload { id } => one(upload::abort::abort_upload(&ctx, id).await?),
             Command::ExpireStaging => one(crate::expiry::expire_staging(&ctx).await?),
             Command::ExpireSnapshots {

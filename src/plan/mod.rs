@@ -19,7 +19,7 @@ use iceberg::NamespaceIdent;
 pub(crate) use self::command::Command;
 use self::node::CommandNode;
 pub(crate) use self::node::IcestageQueryPlanner;
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::config::{Ttl, parse_bool, parse_duration};
 use crate::download::DownloadId;
 use crate::download::create::DownloadOptions;
@@ -49,7 +49,7 @@ async fn plan_statement(
     statement: Statement,
     explaining: bool,
 ) -> Result<LogicalPlan> {
-    let icestage = Icestage::from_config(state.config())?;
+    let icestage = Catalogs::from_config(state.config())?;
     match statement {
         Statement::DataFusion(statement) => plan_datafusion(state, &icestage, *statement).await,
         Statement::Explain { verbose, statement } => {
@@ -357,7 +357,7 @@ fn pipe_name(state: &SessionState, name: &ObjectName) -> Result<PipeName> {
 /// `ns` or `catalog.ns` to a catalog name and namespace.
 fn namespace_of(
     state: &SessionState,
-    icestage: &Icestage,
+    icestage: &Catalogs,
     name: &ObjectName,
 ) -> Result<(String, NamespaceIdent)> {
     let parts = name_parts(state, name);
@@ -379,7 +379,7 @@ fn namespace_of(
 /// True when `reference` names a table of one of icestage's catalogs.
 fn in_icestage_catalog(
     state: &SessionState,
-    icestage: &Icestage,
+    icestage: &Catalogs,
     reference: &TableReference,
 ) -> bool {
     let resolved = reference.clone().resolve(
@@ -391,7 +391,7 @@ fn in_icestage_catalog(
 
 async fn plan_datafusion(
     state: &SessionState,
-    icestage: &Icestage,
+    icestage: &Catalogs,
     statement: DFStatement,
 ) -> Result<LogicalPlan> {
     if let DFStatement::Statement(sql) = &statement {
@@ -480,7 +480,7 @@ async fn null_into_not_null(
 /// promotion checks.
 fn plan_alter_table(
     state: &SessionState,
-    icestage: &Icestage,
+    icestage: &Catalogs,
     alter: &datafusion::sql::sqlparser::ast::AlterTable,
     reference: &TableReference,
 ) -> Result<LogicalPlan> {
@@ -556,7 +556,7 @@ fn plan_alter_table(
 /// table when the plan runs.
 async fn plan_create_table(
     state: &SessionState,
-    icestage: &Icestage,
+    icestage: &Catalogs,
     mut create: datafusion::sql::sqlparser::ast::CreateTable,
     reference: &TableReference,
 ) -> Result<LogicalPlan> {

@@ -635,7 +635,8 @@ impl CatalogView {
                 format!("{ident}: {failed}"),
             ));
         }
-        if let Some(why) = crate::catalog::branch::client_touches(&table, &request.updates) {
+        if let Some(why) = crate::catalog::commit::branch::client_touches(&table, &request.updates)
+        {
             return Err(RestError::new(
                 StatusCode::FORBIDDEN,
                 "ForbiddenException",
@@ -1394,7 +1395,7 @@ mod tests {
     use iceberg::TableUpdate;
 
     use crate::catalog::IcebergCatalog;
-    use crate::catalog::rest::VERSION_REF;
+    use crate::catalog::rest_backend::VERSION_REF;
     use crate::config::CatalogConfig;
     use crate::service::{AppState, ServiceConfig, router};
 
@@ -1551,7 +1552,7 @@ operations = ["catalog"]
         let ident = iceberg::TableIdent::from_strs(["sandbox", "t"]).unwrap();
         let table = catalog.catalog().load_table(&ident).await.unwrap();
         let evidence = crate::catalog::commit::Evidence::new("test", "branch");
-        let (head, _) = crate::catalog::branch::append_to_branch_once(
+        let (head, _) = crate::catalog::commit::branch::append_to_branch_once(
             &catalog,
             &table,
             &evidence,
@@ -1561,7 +1562,7 @@ operations = ["catalog"]
         .await
         .unwrap();
 
-        let branches = crate::catalog::branch::PROP_AUDIT_BRANCHES;
+        let branches = crate::catalog::commit::branch::PROP_AUDIT_BRANCHES;
         for update in [
             serde_json::json!({"action": "remove-snapshot-ref", "ref-name": "audit"}),
             serde_json::json!({"action": "set-snapshot-ref", "ref-name": "audit",

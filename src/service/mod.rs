@@ -35,10 +35,10 @@ use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
 pub use self::config::{ServiceConfig, ServiceSettings, TokenSettings, WebhookSettings};
-use crate::api::Operations;
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::config::format_duration;
 use crate::error::{Error, ErrorKind, Result};
+use crate::operations::Operations;
 use crate::rows::ResultRow;
 use crate::upload::{UploadId, UploadState};
 
@@ -52,7 +52,7 @@ pub struct AppState(Arc<Inner>);
 struct Inner {
     ctx: SessionContext,
     ops: Operations,
-    icestage: Arc<Icestage>,
+    icestage: Arc<Catalogs>,
     config: ServiceConfig,
     /// Tokens by the SHA-256 of their secret.
     tokens: Vec<([u8; 32], TokenSettings)>,

@@ -38,7 +38,7 @@ use serde_json::json;
 
 use super::AppState;
 use super::catalog_view::{self, CatalogView};
-use crate::catalog::append::{Refusal, apply_append, check_append};
+use crate::catalog::commit::append::{Refusal, apply_append, check_append};
 use crate::credentials::AccessMode;
 use crate::credentials::sign::{Scope, SignRequest, check, sign_request};
 use crate::credentials::vend::{DEFAULT_DURATION, Grant, check_usable, download_grant};
@@ -1303,7 +1303,7 @@ async fn commit(
     // writes them) are rewritten now, so that every later reader can plan
     // scans of the staging table.
     let mut updates = request.updates;
-    crate::catalog::manifest::normalize(&access.grant.table, &access.grant.location, &mut updates)
+    crate::catalog::manifests::normalize(&access.grant.table, &access.grant.location, &mut updates)
         .await?;
     apply_append(&access.grant.catalog, &access.grant.table, updates)
         .await?

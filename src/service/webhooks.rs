@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use super::{AppState, WebhookSettings, json_of};
-use crate::catalog::insert::append_rows;
-use crate::catalog::lookup::Wanted;
+use crate::catalog::bridge::insert::append_rows;
+use crate::catalog::manifests::lookup::Wanted;
 use crate::config::parse_duration;
 use crate::download::DownloadState;
 use crate::rows::Value as RowValue;

@@ -14,10 +14,10 @@ use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 
 use super::{SessionRecord, is_missing};
+use crate::catalog::Catalogs;
 use crate::catalog::IcebergCatalog;
-use crate::catalog::Icestage;
-use crate::catalog::insert::append_rows;
-use crate::catalog::lookup::Wanted;
+use crate::catalog::bridge::insert::append_rows;
+use crate::catalog::manifests::lookup::Wanted;
 use crate::error::{Error, Result};
 use crate::rows::Value;
 use std::fmt::Display;
@@ -180,7 +180,7 @@ pub(crate) async fn lookup<S: FromStr<Err = Error>>(
 /// The latest record of session `id` in the log of whichever catalog holds
 /// it (a session lives in one catalog).
 pub(crate) async fn find<S: FromStr<Err = Error>>(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     log: SessionLog,
     id: &str,
 ) -> Result<Option<SessionRecord<S>>> {
@@ -482,7 +482,7 @@ mod tests {
             .await
             .unwrap();
         assert!(old.metadata().default_partition_spec().is_unpartitioned());
-        crate::catalog::insert::append_rows(
+        crate::catalog::bridge::insert::append_rows(
             &catalog,
             &old,
             &[vec![
@@ -571,7 +571,7 @@ mod tests {
     /// found, and a merge with nothing appended since changes nothing.
     #[tokio::test(flavor = "multi_thread")]
     async fn a_log_merges_its_manifests_in_levels() {
-        use crate::catalog::compact::{Layout, Rewrite, level, rewrite_manifests};
+        use crate::catalog::maintain::compact::{Layout, Rewrite, level, rewrite_manifests};
         let dir = tempfile::tempdir().unwrap();
         let catalog = catalog_in(dir.path()).await;
         let layout = Layout::Levels {

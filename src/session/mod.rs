@@ -15,7 +15,7 @@ use datafusion::execution::TaskContext;
 use datafusion::execution::context::SessionState;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::config::IcestageOptions;
 use crate::error::Result;
 
@@ -102,7 +102,7 @@ pub(crate) use crate::catalog::is_missing;
 
 /// What a command needs while it runs.
 pub(crate) struct CommandContext {
-    pub(crate) icestage: Arc<Icestage>,
+    pub(crate) icestage: Arc<Catalogs>,
     pub(crate) options: IcestageOptions,
     pub(crate) task: Arc<TaskContext>,
     /// The session that planned the command, for commands that write through
@@ -128,7 +128,7 @@ impl CommandContext {
     pub(crate) fn new(task: Arc<TaskContext>) -> Result<Self> {
         let config = task.session_config();
         Ok(Self {
-            icestage: Icestage::from_config(config)?,
+            icestage: Catalogs::from_config(config)?,
             options: config
                 .options()
                 .extensions

@@ -23,8 +23,8 @@ use iceberg::spec::Schema as IcebergSchema;
 use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
-use crate::catalog::insert::{insert_into, writer_per_core};
-use crate::catalog::upkeep::{MANIFEST_MERGE_ENABLED, MIN_COUNT_TO_MERGE};
+use crate::catalog::bridge::insert::{insert_into, writer_per_core};
+use crate::catalog::maintain::upkeep::{MANIFEST_MERGE_ENABLED, MIN_COUNT_TO_MERGE};
 use crate::error::{Error, Result};
 use crate::session::CommandContext;
 

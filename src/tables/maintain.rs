@@ -1,19 +1,19 @@
 //! Keeping a table's files in shape: `REWRITE MANIFESTS <table>` merges its
-//! data manifests, one per partition spec (see `catalog::compact`);
+//! data manifests, one per partition spec (see `catalog::maintain::compact`);
 //! `REWRITE DATA FILES <table>` bin-packs its small data files (see
-//! `catalog::bin_pack`); neither changes a row.
+//! `catalog::maintain::bin_pack`); neither changes a row.
 //! `REMOVE ORPHAN FILES <table>` deletes the files under its location that
-//! nothing references (see `catalog::orphans`).
+//! nothing references (see `catalog::maintain::orphans`).
 
 use futures::TryStreamExt;
 use iceberg::TableIdent;
 use iceberg::table::Table;
 
 use crate::catalog::IcebergCatalog;
-use crate::catalog::bin_pack::{Choice, PACKED_AT, choose, commit_packed};
-use crate::catalog::compact::{Layout, Rewrite, rewrite_manifests as rewrite};
-use crate::catalog::upkeep;
-use crate::catalog::writer::write_rows_sized;
+use crate::catalog::bridge::writer::write_rows_sized;
+use crate::catalog::maintain::bin_pack::{Choice, PACKED_AT, choose, commit_packed};
+use crate::catalog::maintain::compact::{Layout, Rewrite, rewrite_manifests as rewrite};
+use crate::catalog::maintain::upkeep;
 use crate::cluster::RecipeTable;
 use crate::config::{parse_bool, parse_duration, parse_size};
 use crate::error::{Error, Result};
@@ -181,7 +181,7 @@ impl RewriteDataOptions {
 
 /// `REWRITE DATA FILES <table>`: bin-packs each partition's small files
 /// into files of the target size, in one `replace` snapshot that changes no
-/// row (see `catalog::bin_pack`).
+/// row (see `catalog::maintain::bin_pack`).
 pub(crate) async fn rewrite_data_files(
     ctx: &CommandContext,
     catalog: &str,
@@ -231,7 +231,7 @@ async fn pack(
     let roots = catalog.promoted_roots();
     let target_file_size = match options.target_file_size {
         Some(size) => size,
-        None => crate::catalog::writer::target_file_size(table)?,
+        None => crate::catalog::bridge::writer::target_file_size(table)?,
     };
     let choice = Choice {
         target_file_size,
@@ -285,7 +285,7 @@ async fn pack(
         }
         rewritten.extend(group.files.iter().cloned());
     }
-    use crate::catalog::replace::{bytes, records as rows};
+    use crate::catalog::commit::replace::{bytes, records as rows};
     if rows(&rewritten) != rows(&added) {
         forget(catalog, table, &added).await;
         return Err(Error::invalid(format!(
@@ -452,7 +452,7 @@ impl OrphanOptions {
 /// Paths of orphans a message names.
 const NAMED_ORPHANS: usize = 5;
 
-/// `REMOVE ORPHAN FILES <table>`: see `catalog::orphans`.
+/// `REMOVE ORPHAN FILES <table>`: see `catalog::maintain::orphans`.
 pub(crate) async fn remove_orphan_files(
     ctx: &CommandContext,
     catalog: &str,
@@ -461,7 +461,7 @@ pub(crate) async fn remove_orphan_files(
 ) -> Result<OrphanFilesRemoved> {
     let catalog = ctx.icestage.catalog(catalog)?;
     let table = catalog.catalog().load_table(ident).await?;
-    let sweep = crate::catalog::orphans::remove_orphans(
+    let sweep = crate::catalog::maintain::orphans::remove_orphans(
         catalog,
         &table,
         options.older_than,

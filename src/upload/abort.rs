@@ -3,7 +3,7 @@
 
 use super::validation::load_target;
 use super::{Staging, UploadId, UploadState, find_staging, findings, promoted_snapshot};
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
@@ -28,7 +28,7 @@ pub(crate) async fn abort_upload(ctx: &CommandContext, id: &UploadId) -> Result<
     })
 }
 
-async fn abort(icestage: &Icestage, id: &UploadId) -> Result<UploadState> {
+async fn abort(icestage: &Catalogs, id: &UploadId) -> Result<UploadState> {
     if let Some(staging) = find_staging(icestage, id).await? {
         match discard(staging, UploadState::Aborted).await {
             Ok(()) => return Ok(UploadState::Aborted),

@@ -3,12 +3,12 @@
 //! only its hash kept on the staging table; a new token replaces the last.
 
 use super::{UploadId, UploadState, find_staging};
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::error::{Error, Result};
 use crate::session::token::{self, TokenKind};
 
 /// A new access token for upload `id`'s staging table.
-pub(crate) async fn issue_access_token(icestage: &Icestage, id: &UploadId) -> Result<String> {
+pub(crate) async fn issue_access_token(icestage: &Catalogs, id: &UploadId) -> Result<String> {
     let staging = find_staging(icestage, id)
         .await?
         .ok_or_else(|| Error::UnknownUpload(id.to_string()))?;

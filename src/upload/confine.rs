@@ -46,13 +46,13 @@ pub(crate) async fn confinement(
     if outside.is_empty()
         && let Some(current) = table.metadata().current_snapshot()
     {
-        let list = crate::catalog::manifest::load_list(table, current, location).await?;
+        let list = crate::catalog::manifests::load_list(table, current, location).await?;
         for manifest in list.entries() {
             if !is_under(&manifest.manifest_path, location) {
                 outside.push(manifest.manifest_path.clone());
                 continue;
             }
-            let loaded = crate::catalog::manifest::load(table, manifest, location).await?;
+            let loaded = crate::catalog::manifests::load(table, manifest, location).await?;
             // A link below the location (a local warehouse) names whatever
             // it points at: outside, whatever its text says.
             outside.extend(

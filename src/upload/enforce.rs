@@ -22,7 +22,7 @@ use super::findings::Finding;
 use super::validation::{
     FINDINGS_PER_RULE, VALIDATION_MEMORY, Validation, key_text, named, values_json,
 };
-use crate::catalog::provider::table_provider;
+use crate::catalog::bridge::provider::table_provider;
 use crate::cluster::{Cluster, Recipe, RecipeTable};
 use crate::error::{Error, Result};
 use crate::tables::rules::PlannedCheck;

@@ -13,7 +13,7 @@ use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use super::{STAGING_NAMESPACE, UploadId};
 use crate::catalog::IcebergCatalog;
-use crate::catalog::insert::append_rows;
+use crate::catalog::bridge::insert::append_rows;
 use crate::error::{Error, Result};
 use crate::rows::Value;
 

@@ -41,8 +41,8 @@ use chrono::{DateTime, Utc};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 
+use crate::catalog::Catalogs;
 use crate::catalog::IcebergCatalog;
-use crate::catalog::Icestage;
 use crate::catalog::commit::Evidence;
 use crate::catalog::commit::{Swap, swap_properties};
 use crate::error::{Error, Result};
@@ -485,7 +485,7 @@ impl Drop for ClaimGuard {
 }
 
 /// Finds the live session of `id` in any catalog.
-pub(crate) async fn find_staging(icestage: &Icestage, id: &UploadId) -> Result<Option<Staging>> {
+pub(crate) async fn find_staging(icestage: &Catalogs, id: &UploadId) -> Result<Option<Staging>> {
     let ident = id.staging_table();
     for catalog in icestage.catalogs() {
         let Some(table) = catalog.load_if_present(&ident).await? else {
@@ -527,7 +527,7 @@ pub(crate) const PROMOTION_GRACE: chrono::TimeDelta = chrono::TimeDelta::hours(1
 
 /// The catalog of upload `record` and its target table as it is now.
 pub(crate) async fn recorded_target(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     record: &UploadRecord,
 ) -> Result<(Arc<IcebergCatalog>, Table)> {
     let catalog = Arc::clone(icestage.catalog(&record.catalog)?);

@@ -7,7 +7,7 @@
 //!   the upload's rows afterwards; the others are untouched.
 //!
 //! Upserts and partition replacements are copy-on-write `overwrite`
-//! snapshots ([`crate::catalog::replace`]): a target file that loses rows
+//! snapshots ([`crate::catalog::commit::replace`]): a target file that loses rows
 //! is written again without them and replaced, so the target never holds
 //! delete files and every engine reads it as an append-only table
 //! (iceberg-rust, PyIceberg, DuckDB and Spark alike). They carry the same
@@ -28,9 +28,9 @@ use iceberg::table::Table;
 
 use super::Staging;
 use super::enforce::ident;
-use crate::catalog::replace::{Live, Plan, Replaced, Version, overwrite_once, records};
+use crate::catalog::bridge::writer::write_rows;
+use crate::catalog::commit::replace::{Live, Plan, Replaced, Version, overwrite_once, records};
 use crate::catalog::snapshot::summary_property;
-use crate::catalog::writer::write_rows;
 use crate::cluster::RecipeTable;
 use crate::error::{Error, Result};
 use crate::tables::rules::{IDENTIFIER_FIELDS_RULE, Rule, rules_of};

@@ -35,7 +35,7 @@ use super::{
     SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
     findings, promoted_snapshot, transfer,
 };
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::catalog::Removal;
 use crate::catalog::commit::{append_once, summary_count};
 use crate::catalog::confine::delete_within;
@@ -148,7 +148,7 @@ pub(crate) async fn promote_upload(
 /// its target (see [`check_landing`]); an upload that is gone is left to
 /// the promotion to answer.
 pub(crate) async fn check_mode(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     id: &UploadId,
     options: &PromoteOptions,
 ) -> Result<()> {
@@ -172,8 +172,8 @@ fn check_landing(options: &PromoteOptions, target: &Table) -> Result<Option<Vec<
                 options.mode.name()
             )));
         }
-        crate::catalog::branch::check_branch(target, branch)?;
-        crate::catalog::replace::check_format(target, "a promotion to a branch")?;
+        crate::catalog::commit::branch::check_branch(target, branch)?;
+        crate::catalog::commit::replace::check_format(target, "a promotion to a branch")?;
     }
     Ok(key)
 }
@@ -189,7 +189,7 @@ enum Attempt {
 /// process's promotion holds the upload, this one waits for it (at most
 /// that claim's lease past its last renewal) and reports its outcome.
 pub(crate) async fn promote(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     id: &UploadId,
     options: PromoteOptions,
 ) -> Result<Promotion> {
@@ -223,7 +223,7 @@ pub(crate) async fn promote(
 }
 
 async fn promote_once(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     id: &UploadId,
     options: &PromoteOptions,
 ) -> Result<Attempt> {
@@ -460,14 +460,15 @@ async fn promote_claimed(
     let forged = staging.evidence().forged_in(target);
     let (snapshot_id, committed_here, changes) = match (&options.mode, &options.to_branch) {
         (PromoteMode::Append, Some(branch)) => {
-            let (snapshot_id, committed_here) = crate::catalog::branch::append_to_branch_once(
-                &staging.catalog,
-                target,
-                &staging.evidence(),
-                branch,
-                &data_files,
-            )
-            .await?;
+            let (snapshot_id, committed_here) =
+                crate::catalog::commit::branch::append_to_branch_once(
+                    &staging.catalog,
+                    target,
+                    &staging.evidence(),
+                    branch,
+                    &data_files,
+                )
+                .await?;
             let changes = Changes {
                 inserted: rows,
                 ..Changes::default()
@@ -659,7 +660,7 @@ fn already_message(target: &str, snapshot_id: i64) -> String {
 
 /// The promotion an upload's log record tells of, if it was promoted.
 async fn already_promoted(
-    icestage: &Icestage,
+    icestage: &Catalogs,
     id: &UploadId,
     record: &UploadRecord,
 ) -> Option<Promotion> {
@@ -700,7 +701,7 @@ fn landed_branch(target: &Table, snapshot_id: i64) -> String {
     crate::catalog::snapshot::summary_property(
         target,
         snapshot_id,
-        crate::catalog::branch::SNAPSHOT_BRANCH,
+        crate::catalog::commit::branch::SNAPSHOT_BRANCH,
     )
     .unwrap_or_else(|| iceberg::spec::MAIN_BRANCH.to_string())
 }
@@ -727,7 +728,7 @@ fn snapshot_counts(table: &Table, snapshot_id: i64) -> (i64, i64) {
 /// Tags the target's snapshot `snapshot_id`, which holds upload
 /// `staging`'s rows, `upload-<id>`.
 async fn tag(staging: &Staging, snapshot_id: i64) -> Result<()> {
-    crate::catalog::replace::tag_snapshot(
+    crate::catalog::commit::replace::tag_snapshot(
         &staging.catalog,
         &staging.target,
         &format!("upload-{}", staging.id),

@@ -24,11 +24,11 @@ use iceberg_datafusion::IcebergStaticTableProvider;
 use super::enforce::{rules_context, unique_findings};
 use super::validation::Validation;
 use super::{SNAPSHOT_UPLOAD_ID, UploadId, UploadRecord, UploadState, findings, seal};
-use crate::catalog::append::Refusal;
-use crate::catalog::branch::{self, Publication, SNAPSHOT_BRANCH};
 use crate::catalog::commit::Evidence;
+use crate::catalog::commit::append::Refusal;
+use crate::catalog::commit::branch::{self, Publication, SNAPSHOT_BRANCH};
 use crate::catalog::snapshot::{retry_pause, summary_property};
-use crate::catalog::{IcebergCatalog, Icestage};
+use crate::catalog::{Catalogs, IcebergCatalog};
 use crate::cluster::RecipeTable;
 use crate::error::{Error, Result};
 use crate::rows::result_row;
@@ -67,7 +67,7 @@ const NOT_PROMOTED: &str = "PUBLISH UPLOAD publishes an upload promoted with PRO
 const PUBLISH_ATTEMPTS: usize = 30;
 
 /// Publishes upload `id`; see the module documentation.
-pub(crate) async fn publish_upload(icestage: &Icestage, id: &UploadId) -> Result<Published> {
+pub(crate) async fn publish_upload(icestage: &Catalogs, id: &UploadId) -> Result<Published> {
     let Some(record) = log::find::<UploadState>(icestage, log::UPLOADS, id.as_str()).await? else {
         // No record yet: the upload is still open (or never was).
         return Err(match super::find_staging(icestage, id).await? {

@@ -11,7 +11,7 @@ use super::{
     Staging, UploadId, UploadRecord, UploadState, find_staging, findings, list_staging,
     promoted_snapshot,
 };
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::catalog::commit::summary_count;
 use crate::error::{Error, Result};
 use crate::rows::result_row;
@@ -144,7 +144,7 @@ async fn load(staging: &Staging, target: &TableIdent) -> Option<Table> {
 }
 
 /// The status of upload `id`, if any catalog knows it.
-pub(crate) async fn status_of(icestage: &Icestage, id: &UploadId) -> Result<Option<UploadRecord>> {
+pub(crate) async fn status_of(icestage: &Catalogs, id: &UploadId) -> Result<Option<UploadRecord>> {
     if let Some(staging) = find_staging(icestage, id).await? {
         let target = load(&staging, &staging.target).await;
         return Ok(Some(live_record(&staging, target.as_ref(), Utc::now())));

@@ -25,8 +25,8 @@ use iceberg::table::Table;
 
 use super::Staging;
 use super::validation::Relocation;
+use crate::catalog::bridge::writer::write_rows;
 use crate::catalog::copy::Copier;
-use crate::catalog::writer::write_rows;
 use crate::cluster::{Recipe, RecipeTable};
 use crate::error::{Error, Result};
 

@@ -23,7 +23,7 @@ use super::drift::{Matching, inspect_metadata, required_nulls};
 use super::enforce::{evaluate_checks, evaluate_unique};
 use super::validation::{Validation, Verify, load_target, verified_files};
 use super::{Staging, UploadId, find_staging};
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::catalog::commit::summary_count;
 use crate::cluster::Cluster;
 use crate::error::Result;
@@ -272,7 +272,7 @@ async fn verify_bytes(
 }
 
 /// What `PROMOTE UPLOAD '<id>'` would check and how it would commit, for EXPLAIN.
-pub(crate) async fn explain(icestage: &Icestage, id: &str, verify: Verify) -> Result<Vec<String>> {
+pub(crate) async fn explain(icestage: &Catalogs, id: &str, verify: Verify) -> Result<Vec<String>> {
     let id = UploadId::parse(id)?;
     let Some(staging) = find_staging(icestage, &id).await? else {
         return Ok(vec![

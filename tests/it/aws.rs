@@ -318,7 +318,7 @@ async fn s3_tables_rewrites_when_the_target_schema_evolved_and_retries_conflicts
     .unwrap();
     // Evolve the target so its field ids are 2 and 3: a staging table the
     // catalog creates numbers them 1 and 2, so promotion must rewrite.
-    let icestage = icestage::Icestage::connect(&config).await.unwrap();
+    let icestage = icestage::Catalogs::connect(&config).await.unwrap();
     let catalog = icestage.catalog("lake").unwrap().catalog();
     let ident = iceberg::TableIdent::from_strs(["payments", "transactions"]).unwrap();
     let table = catalog.load_table(&ident).await.unwrap();
@@ -372,7 +372,7 @@ async fn secrets_never_show_in_debug_explain_or_errors() {
     let config = s3tables_config(&moto, &bucket_arn);
     assert!(!format!("{config:?}").contains(SERVICE_SECRET));
     let ctx = session(config.clone()).await;
-    let icestage = icestage::Icestage::connect(&config).await.unwrap();
+    let icestage = icestage::Catalogs::connect(&config).await.unwrap();
     assert!(
         !format!("{icestage:?}").contains(SERVICE_SECRET),
         "{icestage:?}"

@@ -1,8 +1,10 @@
 //! The crate's top-level modules depend one way: each names (`crate::x`)
 //! only modules below it in [`LAYERS`]. A new edge upward fails this test
-//! with the file that made it, so no import cycle can come back.
+//! with the file that made it, so no import cycle can come back. Inside a
+//! folder, files depend one way too: two files (or folders) that name each
+//! other, directly or around a circle, fail the second test.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::common::repo;
@@ -28,7 +30,7 @@ const LAYERS: &[&str] = &[
     "pipe",
     "credentials",
     "expiry",
-    "api",
+    "operations",
     "sql",
     "plan",
     "functions",
@@ -115,4 +117,179 @@ fn modules_depend_only_on_the_layers_below_them() {
         }
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// A file's module path under `src` (`upload/promote.rs` -> `upload::promote`,
+/// a folder's `mod.rs` -> the folder).
+fn module_path(relative: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = relative
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().unwrap();
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// The modules of the crate that `text` (the source of module `base`)
+/// names through `crate::`, `super::` or `self::` paths, resolved to the
+/// longest path that is a module. Test modules and comments are left out;
+/// in a folder's `mod.rs`, declaring children (`mod x;`) and re-exporting
+/// them (`pub use x::Y;`, `use self::x::..`) is the folder's face, not a
+/// dependency.
+fn named_modules(
+    text: &str,
+    base: &[String],
+    is_face: bool,
+    modules: &BTreeSet<Vec<String>>,
+) -> BTreeSet<Vec<String>> {
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    let comment = regex::Regex::new(r"//[^\n]*").unwrap();
+    let mut text = comment.replace_all(text, "").into_owned();
+    if is_face {
+        let face = regex::Regex::new(
+            r"(?m)^\s*(pub(\([a-z]+\))?\s+)?(mod\s+[a-z_0-9]+\s*;|use\s+self::[^;]*;|use\s+[a-z_0-9]+::[^;]*;)",
+        )
+        .unwrap();
+        text = face.replace_all(&text, "").into_owned();
+    }
+    // `crate::a::{b, c::d}` names `a::b` and `a::c::d`.
+    let group = regex::Regex::new(
+        r"\b(crate|super|self)((?:::super)*)::((?:[a-z_][a-z0-9_]*::)*)\{([^;{}]*)\}",
+    )
+    .unwrap();
+    let path = regex::Regex::new(
+        r"\b(crate|super|self)((?:::super)*)::([A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*)",
+    )
+    .unwrap();
+    let mut named = vec![];
+    for g in group.captures_iter(&text) {
+        for item in g[4].split(',') {
+            let item = item.trim().split(" as ").next().unwrap().trim();
+            if !item.is_empty() {
+                named.push((
+                    g[1].to_string(),
+                    g[2].to_string(),
+                    format!("{}{item}", &g[3]),
+                ));
+            }
+        }
+    }
+    let rest = group.replace_all(&text, "");
+    for p in path.captures_iter(&rest) {
+        named.push((p[1].to_string(), p[2].to_string(), p[3].to_string()));
+    }
+    let mut out = BTreeSet::new();
+    for (head, supers, tail) in named {
+        let mut start: Vec<String> = if head == "crate" {
+            vec![]
+        } else {
+            let ups = usize::from(head == "super") + supers.matches("super").count();
+            base[..base.len().saturating_sub(ups)].to_vec()
+        };
+        start.extend(tail.split("::").filter(|s| !s.is_empty()).map(String::from));
+        if let Some(n) = (1..=start.len())
+            .rev()
+            .find(|n| modules.contains(&start[..*n].to_vec()))
+        {
+            out.insert(start[..n].to_vec());
+        }
+    }
+    out
+}
+
+/// The groups of two or more modules that name each other in a circle.
+fn cycles(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<String>> {
+    // Kosaraju: the order in which a depth-first walk finishes, then walks
+    // of the reversed graph in reverse order of finishing.
+    fn finish(
+        v: &Vec<String>,
+        edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        seen: &mut BTreeSet<Vec<String>>,
+        order: &mut Vec<Vec<String>>,
+    ) {
+        if !seen.insert(v.clone()) {
+            return;
+        }
+        for w in edges.get(v).into_iter().flatten() {
+            finish(w, edges, seen, order);
+        }
+        order.push(v.clone());
+    }
+    let mut seen = BTreeSet::new();
+    let mut order = vec![];
+    for v in edges.keys() {
+        finish(v, edges, &mut seen, &mut order);
+    }
+    let mut reversed: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (a, targets) in edges {
+        for b in targets {
+            reversed.entry(b.clone()).or_default().insert(a.clone());
+        }
+    }
+    let mut assigned = BTreeSet::new();
+    let mut groups = vec![];
+    for v in order.iter().rev() {
+        if assigned.contains(v) {
+            continue;
+        }
+        let mut group = vec![];
+        let mut stack = vec![v.clone()];
+        assigned.insert(v.clone());
+        while let Some(u) = stack.pop() {
+            for w in reversed.get(&u).into_iter().flatten() {
+                if assigned.insert(w.clone()) {
+                    stack.push(w.clone());
+                }
+            }
+            group.push(u.join("::"));
+        }
+        if group.len() > 1 {
+            group.sort();
+            groups.push(group);
+        }
+    }
+    groups
+}
+
+#[test]
+fn files_inside_each_folder_name_each_other_one_way() {
+    let src = repo().join("src");
+    let mut files = vec![];
+    walk(&src, &mut files);
+    let files: Vec<_> = files
+        .into_iter()
+        .filter(|f| !f.strip_prefix(&src).unwrap().starts_with("bin"))
+        .collect();
+    let modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .map(|f| module_path(f.strip_prefix(&src).unwrap()))
+        .collect();
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).unwrap();
+        let base = module_path(relative);
+        let is_face = relative.ends_with("mod.rs") || relative.ends_with("lib.rs");
+        let text = std::fs::read_to_string(file).unwrap();
+        let named = named_modules(&text, &base, is_face, &modules);
+        let entry = edges.entry(base.clone()).or_default();
+        entry.extend(named.into_iter().filter(|m| *m != base));
+    }
+    let found = cycles(&edges);
+    assert!(
+        found.is_empty(),
+        "files that name each other in a circle (split out what they share into a file both \
+         name):\n{}",
+        found
+            .iter()
+            .map(|g| g.join(" <-> "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

@@ -4,7 +4,7 @@
 //! (the webhook dispatcher: what ended, what was delivered, which pipe runs
 //! finished since its last round).
 //!
-//! A log's manifests are merged in levels ([`super::compact::Layout`]): the
+//! A log's manifests are merged in levels ([`crate::catalog::maintain::compact::Layout`]): the
 //! merged ones stay the same across thousands of appends, while each append
 //! makes a new table version. iceberg's scan keeps what it decoded with the
 //! table version, so every read after an append decoded the merged
@@ -27,7 +27,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use super::cache::Lru;
+use crate::catalog::cache::Lru;
 use crate::error::Result;
 
 /// Manifest entries kept at most, over all kept manifests; past it, the

@@ -1,5 +1,5 @@
 //! Reading a manifest list or manifest a client wrote: confined to the
-//! table's location and bounded in size ([`super::confine::read_confined`]),
+//! table's location and bounded in size ([`crate::catalog::confine::read_confined`]),
 //! every Avro block checked to decompress within
 //! [`crate::limits::ReadLimits::metadata_inflated_bytes`] with a codec
 //! Iceberg writers use ([`check_container`]) before the Avro reader sees it,
@@ -16,6 +16,11 @@
 //! append through icestage's REST catalog gets such manifests rewritten
 //! before it lands ([`normalize`]), so every later reader (scans, rules)
 //! reads them as written by the spec.
+//!
+//! [`lookup`] keeps manifests decoded once, for lookups by partition value
+//! and reads by time.
+
+pub(crate) mod lookup;
 
 use std::sync::Arc;
 
@@ -25,7 +30,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use super::confine::read_confined;
+use crate::catalog::confine::read_confined;
 use crate::error::{Error, Result};
 use crate::limits;
 
@@ -33,7 +38,7 @@ use crate::limits;
 const MISPLACED_SCHEMA: &str = "Fail to parse schema in manifest metadata";
 
 /// Rewrites the manifests that the snapshot of `updates` adds (an append
-/// checked by [`super::append::check_append`]) when their `schema` metadata
+/// checked by [`crate::catalog::commit::append::check_append`]) when their `schema` metadata
 /// is not a table schema: each gets a repaired copy next to it, and the
 /// snapshot a new manifest list naming the copies. Appends whose manifests
 /// follow the spec are left exactly as sent.
@@ -124,12 +129,12 @@ pub(crate) async fn load_list(
 pub(crate) async fn delete_confined(
     table: &Table,
     location: &str,
-    removal: super::Removal,
+    removal: crate::catalog::Removal,
 ) -> Result<()> {
     use std::collections::HashSet;
 
-    use super::Removal;
-    use super::confine::{canonical, delete_within, is_under, local, metadata_paths};
+    use crate::catalog::Removal;
+    use crate::catalog::confine::{canonical, delete_within, is_under, local, metadata_paths};
     let io = table.file_io();
     if removal == Removal::Location {
         // The folder itself replaced by a link would name another folder.
@@ -173,8 +178,8 @@ pub(crate) async fn delete_confined(
     }
     // The files its rows reference (or, for a staging table, that a client
     // put there for them) are the table's too.
-    let files = super::confine::files_folder(location);
-    if canonical(location).is_some() && !super::confine::through_link(&files, location) {
+    let files = crate::catalog::confine::files_folder(location);
+    if canonical(location).is_some() && !crate::catalog::confine::through_link(&files, location) {
         let _ = io.delete_prefix(&format!("{files}/")).await;
     }
     Ok(())

@@ -23,8 +23,8 @@ use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use iceberg::table::Table;
 
-use super::confine::{canonical, delete_within, local};
-use super::{CatalogKind, IcebergCatalog};
+use crate::catalog::confine::{canonical, delete_within, local};
+use crate::catalog::{CatalogKind, IcebergCatalog};
 use crate::error::{Error, Result};
 
 /// The most files one sweep lists under a location; a larger table is
@@ -79,11 +79,11 @@ pub(crate) async fn remove_orphans(
              file removal is a setting of the table bucket); nothing was deleted"
         )));
     }
-    if !super::commit::gc_enabled(table) {
+    if !crate::catalog::commit::gc_enabled(table) {
         return Err(Error::invalid(format!(
             "REMOVE ORPHAN FILES {name}: the table sets {} = false (its files may be shared with \
              other tables), and no file of such a table is removed; nothing was deleted",
-            super::commit::GC_ENABLED
+            crate::catalog::commit::GC_ENABLED
         )));
     }
     if older_than < MIN_AGE {
@@ -113,10 +113,10 @@ pub(crate) async fn remove_orphans(
         ..Sweep::default()
     };
     // Files under `files/` are referenced by rows, not by metadata.
-    let row_files = super::confine::files_folder(&location);
+    let row_files = crate::catalog::confine::files_folder(&location);
     for file in stored {
         let known = canonical(&file.path).is_none_or(|path| referenced.contains(&path))
-            || super::confine::is_under(&file.path, &row_files);
+            || crate::catalog::confine::is_under(&file.path, &row_files);
         if known {
             sweep.referenced += 1;
         } else if file.modified >= cutoff {
@@ -138,7 +138,7 @@ pub(crate) async fn remove_orphans(
 /// Every path `table` references, canonical ([`canonical`]): its metadata
 /// files, manifest lists, manifests, data and delete files and statistics.
 async fn referenced(table: &Table, location: &str) -> Result<HashSet<String>> {
-    let mut paths: HashSet<String> = super::confine::metadata_paths(table)
+    let mut paths: HashSet<String> = crate::catalog::confine::metadata_paths(table)
         .iter()
         .filter_map(|p| canonical(p))
         .collect();
@@ -149,7 +149,7 @@ async fn referenced(table: &Table, location: &str) -> Result<HashSet<String>> {
     )));
     let mut manifests = HashSet::new();
     for snapshot in table.metadata().snapshots() {
-        let list = super::manifest::load_list(table, snapshot, location)
+        let list = crate::catalog::manifests::load_list(table, snapshot, location)
             .await
             .map_err(|e| unreadable(table, &e))?;
         for manifest in list.entries() {
@@ -157,7 +157,7 @@ async fn referenced(table: &Table, location: &str) -> Result<HashSet<String>> {
                 continue;
             }
             paths.extend(canonical(&manifest.manifest_path));
-            let read = super::manifest::load(table, manifest, location)
+            let read = crate::catalog::manifests::load(table, manifest, location)
                 .await
                 .map_err(|e| unreadable(table, &e))?;
             paths.extend(

@@ -13,7 +13,7 @@
 //! commit failed (each member then meets its own error, or succeeds), or
 //! the member that took the turn was cancelled before it answered. The
 //! work's own checks must make doing it alone after a group safe (the
-//! exactly-once evidence of [`super::commit::append_once`]).
+//! exactly-once evidence of [`crate::catalog::commit::append_once`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedMutexGuard, oneshot};
 
-use super::commit::{APPENDS_PER_COMMIT, OnceAppend};
+use crate::catalog::commit::{APPENDS_PER_COMMIT, OnceAppend};
 use crate::rows::Value;
 
 /// Most members whose log rows one append carries.
@@ -30,9 +30,9 @@ const ROW_APPENDS_PER_COMMIT: usize = 256;
 /// What one process coordinates about its commits to a catalog's tables.
 pub(crate) struct Local {
     pub(crate) turns: Turns,
-    /// Exactly-once appends waiting for a table ([`super::commit::append_once`]).
+    /// Exactly-once appends waiting for a table ([`crate::catalog::commit::append_once`]).
     pub(crate) once_appends: Groups<OnceAppend, (i64, bool)>,
-    /// Rows waiting for one of icestage's own tables ([`super::insert::append_rows`]).
+    /// Rows waiting for one of icestage's own tables ([`crate::catalog::bridge::insert::append_rows`]).
     pub(crate) row_appends: Groups<Vec<Vec<Value>>, ()>,
 }
 

@@ -4,7 +4,7 @@
 //! when built, so tables created later (a staging table, say) stay invisible.
 //! These providers ask the catalog each time. Scans and metadata tables
 //! (`t$snapshots`) are iceberg-datafusion's; `INSERT INTO` is icestage's
-//! (see [`super::insert`]).
+//! (see [`crate::catalog::bridge::insert`]).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -18,9 +18,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use iceberg::{NamespaceIdent, TableIdent};
 use iceberg_datafusion::IcebergCatalogProvider as UpstreamCatalogProvider;
 
-use super::insert::IcebergTable;
-use super::scoped::ScopedCatalog;
-use super::{IcebergCatalog, block_on};
+use crate::catalog::bridge::insert::IcebergTable;
+use crate::catalog::scoped::ScopedCatalog;
+use crate::catalog::{IcebergCatalog, block_on};
 use crate::error::{Error, Result};
 use crate::rows::project;
 

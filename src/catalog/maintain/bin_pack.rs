@@ -20,11 +20,11 @@ use iceberg::TableUpdate;
 use iceberg::spec::{DataFile, MAIN_BRANCH, Operation};
 use iceberg::table::Table;
 
-use super::IcebergCatalog;
-use super::append::{Refusal, apply_append};
-use super::confine::{delete_within, is_under};
-use super::replace::{Live, Version, check_format, write_replacement};
-use super::snapshot::{add_as_head, new_snapshot_id};
+use crate::catalog::IcebergCatalog;
+use crate::catalog::commit::append::{Refusal, apply_append};
+use crate::catalog::commit::replace::{Live, Version, check_format, write_replacement};
+use crate::catalog::confine::{delete_within, is_under};
+use crate::catalog::snapshot::{add_as_head, new_snapshot_id};
 use crate::error::{Error, Result};
 
 /// The statement, for messages.
@@ -246,7 +246,7 @@ pub(crate) async fn commit_packed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::insert::append_rows;
+    use crate::catalog::bridge::insert::append_rows;
     use crate::rows::Value;
 
     async fn reload(catalog: &IcebergCatalog, table: &Table) -> Table {
@@ -263,7 +263,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_rewrite_goes_on_top_of_appends_and_never_twice() {
         let dir = tempfile::tempdir().unwrap();
-        let (catalog, mut table) = super::super::test_table(dir.path()).await;
+        let (catalog, mut table) = crate::catalog::test_table(dir.path()).await;
         for id in 0..3 {
             append_rows(&catalog, &table, &[vec![Value::Int(Some(id))]])
                 .await
@@ -279,7 +279,7 @@ mod tests {
         assert_eq!(packing.groups.len(), 1);
         let rewritten = packing.groups[0].files.clone();
         assert_eq!(rewritten.len(), 3);
-        let added = super::super::test_files(&table, vec![0, 1, 2]).await;
+        let added = crate::catalog::test_files(&table, vec![0, 1, 2]).await;
 
         append_rows(&catalog, &table, &[vec![Value::Int(Some(9))]])
             .await
@@ -299,7 +299,7 @@ mod tests {
         assert_eq!(summary["total-records"], "4");
         assert_eq!(summary["total-data-files"], "2");
 
-        let again = super::super::test_files(&now, vec![0, 1, 2]).await;
+        let again = crate::catalog::test_files(&now, vec![0, 1, 2]).await;
         let lost = commit_packed(&catalog, &now, &rewritten, &again)
             .await
             .unwrap_err();

@@ -30,10 +30,10 @@ use iceberg::TableIdent;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::table::Table;
 
-use super::IcebergCatalog;
-use super::Whose;
-use super::commit::append_files;
-use crate::catalog::writer::{write_partitions, write_rows};
+use crate::catalog::IcebergCatalog;
+use crate::catalog::Owner;
+use crate::catalog::bridge::writer::{write_partitions, write_rows};
+use crate::catalog::commit::append_files;
 use crate::error::Result;
 use crate::rows::one_batch;
 use crate::rows::{Value, batch};
@@ -167,7 +167,7 @@ pub(crate) async fn insert_into(
     let rows = files.iter().map(|f| f.record_count()).sum();
     if !files.is_empty() {
         let appended = append_files(catalog, &table, files).await?;
-        catalog.appended(appended, Whose::User);
+        catalog.appended(appended, Owner::User);
     }
     Ok(rows)
 }
@@ -175,7 +175,7 @@ pub(crate) async fn insert_into(
 /// Appends `rows` (a few log rows, values in the order of the table's
 /// columns) to `table`, one of icestage's own tables. The rows of this
 /// process's appends that queue for one table go in one commit (a group
-/// commit, [`super::group`]).
+/// commit, [`crate::catalog::commit::group`]).
 pub(crate) async fn append_rows(
     catalog: &IcebergCatalog,
     table: &Table,
@@ -198,7 +198,7 @@ pub(crate) async fn append_rows(
             members.into_iter().for_each(|m| m.answer(done));
             // The members have their answers; the upkeep is the leader's.
             if let Ok(appended) = appended {
-                catalog.appended(appended, Whose::Icestage);
+                catalog.appended(appended, Owner::Icestage);
             }
         },
     ))
@@ -216,7 +216,7 @@ async fn append_rows_alone(
     rows: &[Vec<Value>],
 ) -> Result<()> {
     let appended = commit_rows(catalog, table, rows).await?;
-    catalog.appended(appended, Whose::Icestage);
+    catalog.appended(appended, Owner::Icestage);
     Ok(())
 }
 

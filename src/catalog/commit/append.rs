@@ -3,15 +3,15 @@
 //! `append`, set as `main`, its files under the table's assigned location),
 //! checked against the requirements that pin the version it was built on,
 //! and applied by icestage itself on exactly that version (a compare-and-swap
-//! of the metadata pointer, [`super::pointer`]). A lost race is a conflict
+//! of the metadata pointer, [`crate::catalog::pointer`]). A lost race is a conflict
 //! the client retries.
 
 use iceberg::spec::{MAIN_BRANCH, Operation, SnapshotRetention, TableMetadata};
 use iceberg::table::Table;
 use iceberg::{TableRequirement, TableUpdate};
 
-use super::IcebergCatalog;
-use super::confine::is_under;
+use crate::catalog::IcebergCatalog;
+use crate::catalog::confine::is_under;
 use crate::error::Result;
 
 /// The most requirements and updates one commit may carry.
@@ -167,7 +167,7 @@ mod tests {
             })
             .with_schema_id(0)
             .build();
-        super::super::snapshot::add_as_head(snapshot, MAIN_BRANCH).into()
+        crate::catalog::snapshot::add_as_head(snapshot, MAIN_BRANCH).into()
     }
 
     fn refusal(result: std::result::Result<(), Refusal>) -> String {
@@ -181,7 +181,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn only_appends_under_the_location_on_the_version_they_build_on() {
         let dir = tempfile::tempdir().unwrap();
-        let (catalog, table) = super::super::test_table(dir.path()).await;
+        let (catalog, table) = crate::catalog::test_table(dir.path()).await;
         let location = table.metadata().location().to_string();
         let inside = format!("{location}/metadata/snap-1.avro");
         let pin = vec![TableRequirement::RefSnapshotIdMatch {

@@ -33,11 +33,11 @@ use iceberg::TableIdent;
 use iceberg::spec::FormatVersion;
 use iceberg::table::Table;
 
-use super::IcebergCatalog;
-use super::Whose;
-use super::bin_pack::PACKED_AT;
-use super::commit::{trim_due, trim_snapshots};
-use super::compact::{Layout, MERGED_AT, rewrite_manifests};
+use crate::catalog::IcebergCatalog;
+use crate::catalog::Owner;
+use crate::catalog::commit::{trim_due, trim_snapshots};
+use crate::catalog::maintain::bin_pack::PACKED_AT;
+use crate::catalog::maintain::compact::{Layout, MERGED_AT, rewrite_manifests};
 
 /// Iceberg's switch for merging manifests on commit.
 pub(crate) const MANIFEST_MERGE_ENABLED: &str = "commit.manifest-merge.enabled";
@@ -92,14 +92,14 @@ struct Due {
 }
 
 impl Due {
-    fn of(table: &Table, whose: Whose) -> Self {
+    fn of(table: &Table, whose: Owner) -> Self {
         match whose {
-            Whose::Icestage => Due {
+            Owner::Icestage => Due {
                 trim: trim_due(table),
                 merge: merge_due(table, OWNED_MERGE_AFTER),
                 pack: false,
             },
-            Whose::User => Due {
+            Owner::User => Due {
                 trim: false,
                 merge: merge_after(table).is_some_and(|after| merge_due(table, after)),
                 pack: pack_due(table),
@@ -125,7 +125,7 @@ impl Due {
 /// Best effort: the append is committed whatever happens here (failing it
 /// now would have its caller write it twice). What fails, or is cut short
 /// by the process ending, is due again at the next append.
-pub(crate) fn after_append(catalog: &IcebergCatalog, appended: Table, whose: Whose) {
+pub(crate) fn after_append(catalog: &IcebergCatalog, appended: Table, whose: Owner) {
     if !Due::of(&appended, whose).any() {
         return;
     }
@@ -135,8 +135,8 @@ pub(crate) fn after_append(catalog: &IcebergCatalog, appended: Table, whose: Who
     };
     let catalog = catalog.clone();
     let layout = match whose {
-        Whose::Icestage => OWNED_LAYOUT,
-        Whose::User => USER_LAYOUT,
+        Owner::Icestage => OWNED_LAYOUT,
+        Owner::User => USER_LAYOUT,
     };
     tokio::spawn(async move {
         let _upkeep = upkeep;

@@ -16,11 +16,11 @@ use iceberg::TableUpdate;
 use iceberg::spec::{DataFile, MAIN_BRANCH, ManifestContentType, Operation, SnapshotRef};
 use iceberg::table::Table;
 
-use super::IcebergCatalog;
-use super::append::{Refusal, apply_append};
-use super::commit::Evidence;
-use super::replace::{Version, commit_written, write_replacement};
-use super::snapshot::{add_as_head, new_snapshot_id, retry_pause};
+use crate::catalog::IcebergCatalog;
+use crate::catalog::commit::Evidence;
+use crate::catalog::commit::append::{Refusal, apply_append};
+use crate::catalog::commit::replace::{Version, commit_written, write_replacement};
+use crate::catalog::snapshot::{add_as_head, new_snapshot_id, retry_pause};
 use crate::error::{Error, Result};
 
 /// Table property: the audit branches icestage created on the table, comma
@@ -74,7 +74,7 @@ pub(crate) fn check_branch(table: &Table, name: &str) -> Result<()> {
              on main, or name an audit branch such as 'audit'"
         )));
     }
-    match super::snapshot::refs(table.metadata()).get(name) {
+    match crate::catalog::snapshot::refs(table.metadata()).get(name) {
         None => Ok(()),
         Some(found) if !found.branch => Err(Error::invalid(format!(
             "{ident} has a tag '{name}', not a branch: name another audit branch"
@@ -148,7 +148,7 @@ pub(crate) async fn append_to_branch_once(
             return Ok((snapshot_id, false));
         }
         check_branch(&base, branch)?;
-        super::replace::check_format(&base, "a promotion to a branch")?;
+        crate::catalog::commit::replace::check_format(&base, "a promotion to a branch")?;
         let metadata = base.metadata();
         let head = metadata.snapshot_for_ref(branch);
         let new = head.is_none();
@@ -230,7 +230,7 @@ pub(crate) async fn added_files(
 ) -> Result<Vec<DataFile>> {
     let id = snapshot.snapshot_id();
     let default_spec = table.metadata().default_partition_spec_id();
-    let list = super::manifest::load_list(table, snapshot, assigned).await?;
+    let list = crate::catalog::manifests::load_list(table, snapshot, assigned).await?;
     let mut files = vec![];
     for manifest in list
         .entries()
@@ -245,7 +245,7 @@ pub(crate) async fn added_files(
                 manifest.partition_spec_id
             )));
         }
-        let read = super::manifest::load(table, manifest, assigned).await?;
+        let read = crate::catalog::manifests::load(table, manifest, assigned).await?;
         files.extend(
             read.entries()
                 .iter()
@@ -337,10 +337,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_branch_append_lands_once_beside_main_and_publishes_by_either_path() {
         let dir = tempfile::tempdir().unwrap();
-        let (catalog, table) = super::super::test_table(dir.path()).await;
+        let (catalog, table) = crate::catalog::test_table(dir.path()).await;
         let ident = table.identifier().clone();
         let load = || async { catalog.catalog().load_table(&ident).await.unwrap() };
-        let files = super::super::test_files(&table, vec![1, 2]).await;
+        let files = crate::catalog::test_files(&table, vec![1, 2]).await;
         let first = Evidence::new("test-branch", "a");
 
         let (a, committed) = append_to_branch_once(&catalog, &table, &first, "audit", &files)
@@ -384,12 +384,12 @@ mod tests {
         // A second branch snapshot whose parent main has left behind (main
         // gained an append since): its files are re-applied on top.
         let second = Evidence::new("test-branch", "b");
-        let more = super::super::test_files(&table, vec![3]).await;
+        let more = crate::catalog::test_files(&table, vec![3]).await;
         let (b, _) = append_to_branch_once(&catalog, &load().await, &second, "audit", &more)
             .await
             .unwrap();
-        let other = super::super::test_files(&table, vec![4]).await;
-        super::super::commit::append_files(&catalog, &load().await, other)
+        let other = crate::catalog::test_files(&table, vec![4]).await;
+        crate::catalog::commit::append_files(&catalog, &load().await, other)
             .await
             .unwrap();
         let now = load().await;

@@ -12,7 +12,7 @@ use datafusion::execution::TaskContext;
 use datafusion::prelude::SessionContext;
 use iceberg::TableIdent;
 
-use crate::catalog::Icestage;
+use crate::catalog::Catalogs;
 use crate::config::Ttl;
 use crate::credentials::AccessMode;
 use crate::credentials::vend::{SessionCredentials, vend_credentials};
@@ -72,7 +72,7 @@ use crate::upload::status::{UploadFinding, UploadStatus};
 #[derive(Clone)]
 pub struct Operations {
     ctx: SessionContext,
-    icestage: Arc<Icestage>,
+    icestage: Arc<Catalogs>,
 }
 
 impl std::fmt::Debug for Operations {
@@ -87,7 +87,7 @@ impl Operations {
     /// The operations of `ctx`; fails unless [`register`](crate::register)
     /// ran on it.
     pub fn new(ctx: &SessionContext) -> Result<Self> {
-        let icestage = Icestage::from_config(ctx.state().config())?;
+        let icestage = Catalogs::from_config(ctx.state().config())?;
         Ok(Self {
             ctx: ctx.clone(),
             icestage,
@@ -566,7 +566,7 @@ impl Operations {
             _ => {}
         }
         let create = CreatePipe::new(name, false, target, uri.to_string(), copy_options, options)?;
-        crate::pipe::create(&self.icestage, &create).await
+        crate::pipe::create::create(&self.icestage, &create).await
     }
 
     /// `RUN PIPE <name>`: loads what is new under the pipe's prefix now.
@@ -586,17 +586,17 @@ impl Operations {
 
     /// `ALTER PIPE <name> PAUSE | RESUME`.
     pub async fn set_pipe_state(&self, name: &PipeName, state: PipeState) -> Result<PipeStatus> {
-        crate::pipe::set_state(&self.icestage, name, state).await
+        crate::pipe::alter::set_state(&self.icestage, name, state).await
     }
 
     /// `DROP PIPE [IF EXISTS] <name>`: whether there was a pipe to drop.
     pub async fn drop_pipe(&self, name: &PipeName, if_exists: bool) -> Result<bool> {
-        crate::pipe::drop(&self.icestage, name, if_exists).await
+        crate::pipe::drop::drop_pipe(&self.icestage, name, if_exists).await
     }
 
     /// `pipes()`: every pipe of every catalog.
     pub async fn pipes(&self) -> Result<Vec<PipeStatus>> {
-        crate::pipe::statuses(&self.icestage).await
+        crate::pipe::status::statuses(&self.icestage).await
     }
 
     /// The recorded runs of every pipe (those that loaded or failed
@@ -605,11 +605,11 @@ impl Operations {
         &self,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<PipeRunRecord>> {
-        crate::pipe::runs_since(&self.icestage, since).await
+        crate::pipe::status::runs_since(&self.icestage, since).await
     }
 
     /// `pipe_status('<name>')`.
     pub async fn pipe_status(&self, name: &PipeName) -> Result<PipeStatus> {
-        crate::pipe::status(&self.icestage, name).await
+        crate::pipe::status::status(&self.icestage, name).await
     }
 }

@@ -8,6 +8,17 @@
 //! including the retries it performs on conflicts, so none of them can append
 //! twice. After any answer, including a lost one, the table is loaded again
 //! and the evidence decides.
+//!
+//! The rest of the protocol, a file each: a client's commit taken as a
+//! claim ([`append`]), group commits ([`group`]), snapshots that replace
+//! data files ([`replace`]) and audit branches ([`branch`]). Commit code
+//! reports what an append leaves due ([`IcebergCatalog::appended`]); it
+//! never runs maintenance itself.
+
+pub(crate) mod append;
+pub(crate) mod branch;
+pub(crate) mod group;
+pub(crate) mod replace;
 
 use std::collections::HashMap;
 
@@ -18,9 +29,9 @@ use iceberg::spec::{DataFile, Operation, Schema, SnapshotRef};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-use super::IcebergCatalog;
-use super::Whose;
-use super::scoped::{LoadCheck, both, load_check};
+use crate::catalog::IcebergCatalog;
+use crate::catalog::Owner;
+use crate::catalog::scoped::{LoadCheck, both, load_check};
 use crate::error::{Error, Result};
 
 /// The exactly-once evidence of an append: `key = value` in its snapshot's
@@ -85,7 +96,7 @@ impl Evidence {
     /// The first snapshot on branch `branch` of `table` (its head, then
     /// the head's ancestors) that carries this evidence, proof included.
     pub(crate) fn found_on(&self, table: &Table, branch: &str) -> Option<i64> {
-        super::snapshot::ancestry(table.metadata(), branch)
+        crate::catalog::snapshot::ancestry(table.metadata(), branch)
             .find(|s| self.carried_by(s))
             .map(|s| s.snapshot_id())
     }
@@ -194,7 +205,7 @@ pub(crate) async fn append_files(
 /// (a rewrite's predecessors), and, when a snapshot of `before` removed
 /// data files (an overwrite, a delete, a compaction), the data files only
 /// those manifests listed: files no remaining snapshot reads. Every file
-/// passes the deletion gate ([`super::confine::delete_within`]): metadata
+/// passes the deletion gate ([`crate::catalog::confine::delete_within`]): metadata
 /// files under `location` (the table's assigned location), data files under
 /// it or one of `roots` (where promotions leave the files they register);
 /// a data file elsewhere is counted and left. Best effort: an orphan is
@@ -225,7 +236,7 @@ pub(crate) async fn delete_expired_files(
     // The manifests remaining snapshots list, by path.
     let mut kept = std::collections::HashMap::new();
     for snapshot in after.metadata().snapshots() {
-        match super::manifest::load_list(after, snapshot, location).await {
+        match crate::catalog::manifests::load_list(after, snapshot, location).await {
             Ok(list) => kept.extend(
                 list.entries()
                     .iter()
@@ -239,7 +250,7 @@ pub(crate) async fn delete_expired_files(
     let mut alone = vec![];
     let mut seen = HashSet::new();
     for snapshot in &expired {
-        if let Ok(list) = super::manifest::load_list(before, snapshot, location).await {
+        if let Ok(list) = crate::catalog::manifests::load_list(before, snapshot, location).await {
             alone.extend(
                 list.entries()
                     .iter()
@@ -258,10 +269,10 @@ pub(crate) async fn delete_expired_files(
     }
     let io = before.file_io();
     for manifest in &alone {
-        super::confine::delete_within(io, &manifest.manifest_path, location).await;
+        crate::catalog::confine::delete_within(io, &manifest.manifest_path, location).await;
     }
     for snapshot in &expired {
-        super::confine::delete_within(io, snapshot.manifest_list(), location).await;
+        crate::catalog::confine::delete_within(io, snapshot.manifest_list(), location).await;
     }
     deleted
 }
@@ -323,11 +334,11 @@ async fn delete_unread_data_files(
     for path in candidates {
         let root = std::iter::once(location)
             .chain(roots.iter().map(String::as_str))
-            .find(|root| super::confine::is_under(path, root));
+            .find(|root| crate::catalog::confine::is_under(path, root));
         match root {
             None => deleted.outside += 1,
             Some(root) => {
-                if super::confine::delete_within(table.file_io(), path, root).await {
+                if crate::catalog::confine::delete_within(table.file_io(), path, root).await {
                     deleted.deleted += 1;
                 }
             }
@@ -346,7 +357,7 @@ async fn data_file_paths(
 ) -> Option<std::collections::HashSet<String>> {
     let mut paths = std::collections::HashSet::new();
     for manifest in manifests {
-        let read = super::manifest::load(table, manifest, location)
+        let read = crate::catalog::manifests::load(table, manifest, location)
             .await
             .ok()?;
         paths.extend(
@@ -437,7 +448,7 @@ pub(crate) const APPENDS_PER_COMMIT: usize = 64;
 /// whether this call committed it.
 ///
 /// Appends of this process that queue for one table go in one commit (a
-/// group commit, [`super::group`]): one new version of the table carrying
+/// group commit, [`crate::catalog::commit::group`]): one new version of the table carrying
 /// one snapshot per append, each with its own evidence, committed only on a
 /// version that holds none of them.
 pub(crate) async fn append_once(
@@ -570,7 +581,7 @@ async fn commit_once(
         }
         if answers.iter().all(Option::is_some) {
             // The commits are answered; what they leave due runs apart.
-            catalog.appended(current, Whose::User);
+            catalog.appended(current, Owner::User);
             return Ok(answers.into_iter().flatten().collect());
         }
         match result {
@@ -656,7 +667,7 @@ mod tests {
     use super::*;
 
     async fn embedded(dir: &std::path::Path) -> (IcebergCatalog, Table) {
-        super::super::test_table(dir).await
+        crate::catalog::test_table(dir).await
     }
 
     fn unset(key: &'static str) -> impl Fn(&HashMap<String, String>) -> bool + Send + Sync {

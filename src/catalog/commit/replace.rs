@@ -1,7 +1,7 @@
 //! Commits that replace data files: a snapshot that marks some live data
 //! files deleted and adds others, written by icestage itself (iceberg-rust's
 //! transactions have no overwrite). `REWRITE DATA FILES` commits one as a
-//! `replace` (the same rows, fewer files, see [`super::bin_pack`]); a
+//! `replace` (the same rows, fewer files, see [`crate::catalog::maintain::bin_pack`]); a
 //! promotion that upserts or replaces partitions commits one as an
 //! `overwrite`, exactly once ([`overwrite_once`]).
 //!
@@ -25,11 +25,11 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use super::IcebergCatalog;
-use super::append::{Refusal, apply_append};
-use super::commit::Evidence;
-use super::confine::delete_within;
-use super::snapshot::{add_as_head, new_snapshot_id, retry_pause};
+use crate::catalog::IcebergCatalog;
+use crate::catalog::commit::Evidence;
+use crate::catalog::commit::append::{Refusal, apply_append};
+use crate::catalog::confine::delete_within;
+use crate::catalog::snapshot::{add_as_head, new_snapshot_id, retry_pause};
 use crate::error::{Error, Result};
 
 /// A live data file of a table, with the partition spec it was written
@@ -104,7 +104,7 @@ impl Version {
             .iter()
             .filter(|m| m.content == ManifestContentType::Data)
         {
-            let read = super::manifest::load(table, manifest, assigned).await?;
+            let read = crate::catalog::manifests::load(table, manifest, assigned).await?;
             data.insert(manifest.manifest_path.clone(), read);
         }
         Ok(version)
@@ -119,7 +119,7 @@ impl Version {
         assigned: &str,
     ) -> Result<Self> {
         let list = match snapshot {
-            Some(snapshot) => super::manifest::load_list(table, snapshot, assigned)
+            Some(snapshot) => crate::catalog::manifests::load_list(table, snapshot, assigned)
                 .await?
                 .entries()
                 .to_vec(),
@@ -235,7 +235,8 @@ pub(crate) async fn write_replacement(
         .build_v2_data();
         staged.written.push(path);
         for entry in read.entries().iter().filter(|e| e.is_alive()) {
-            let (added_in, sequence) = super::manifest::kept_numbers(entry, manifest, &name)?;
+            let (added_in, sequence) =
+                crate::catalog::manifests::kept_numbers(entry, manifest, &name)?;
             let file = entry.data_file().clone();
             if paths.contains(entry.file_path()) {
                 writer.add_delete_file(file, sequence, entry.file_sequence_number)?;
@@ -331,7 +332,7 @@ fn summary(
     // A table's first snapshot starts from nothing; otherwise a total the
     // parent does not give stays unknown.
     let mut properties = match parent {
-        Some(parent) => super::snapshot::totals(parent),
+        Some(parent) => crate::catalog::snapshot::totals(parent),
         None => ["total-data-files", "total-files-size", "total-records"]
             .into_iter()
             .map(|key| (key.to_string(), "0".to_string()))
@@ -546,7 +547,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::catalog::insert::append_rows;
+    use crate::catalog::bridge::insert::append_rows;
     use crate::rows::Value;
 
     /// An overwrite whose table gains a commit between its plan and its
@@ -556,7 +557,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn an_overwrite_plans_again_on_a_newer_version_and_commits_once() {
         let dir = tempfile::tempdir().unwrap();
-        let (catalog, table) = super::super::test_table(dir.path()).await;
+        let (catalog, table) = crate::catalog::test_table(dir.path()).await;
         append_rows(&catalog, &table, &[vec![Value::Int(Some(1))]])
             .await
             .unwrap();
@@ -565,7 +566,7 @@ mod tests {
             .load_table(table.identifier())
             .await
             .unwrap();
-        let added = super::super::test_files(&table, vec![100]).await;
+        let added = crate::catalog::test_files(&table, vec![100]).await;
         let plans = Arc::new(AtomicUsize::new(0));
         let evidence = Evidence::new("test-overwrite", "once");
         let plan = |plans: Arc<AtomicUsize>,

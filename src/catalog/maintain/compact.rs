@@ -17,9 +17,9 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use super::IcebergCatalog;
-use super::append::{Refusal, apply_append};
-use super::snapshot::{add_as_head, new_snapshot_id};
+use crate::catalog::IcebergCatalog;
+use crate::catalog::commit::append::{Refusal, apply_append};
+use crate::catalog::snapshot::{add_as_head, new_snapshot_id};
 use crate::error::{Error, Result};
 
 /// Table property: the sequence number of the last manifest rewrite.
@@ -112,7 +112,7 @@ pub(crate) async fn rewrite_manifests(
     }
     // A target's manifests may be another writer's: read as a client's.
     let assigned = catalog.assigned_location(table).await?;
-    let list = super::manifest::load_list(table, current, &assigned).await?;
+    let list = crate::catalog::manifests::load_list(table, current, &assigned).await?;
     let data: Vec<&ManifestFile> = list
         .entries()
         .iter()
@@ -186,9 +186,10 @@ pub(crate) async fn rewrite_manifests(
         })?;
         let mut entries = vec![];
         for manifest in group {
-            let read = super::manifest::load(table, manifest, &assigned).await?;
+            let read = crate::catalog::manifests::load(table, manifest, &assigned).await?;
             for entry in read.entries().iter().filter(|e| e.is_alive()) {
-                let (added_in, sequence) = super::manifest::kept_numbers(entry, manifest, &name)?;
+                let (added_in, sequence) =
+                    crate::catalog::manifests::kept_numbers(entry, manifest, &name)?;
                 entries.push((
                     format!("{:?}", entry.data_file().partition()),
                     entry.data_file().clone(),
@@ -236,7 +237,7 @@ pub(crate) async fn rewrite_manifests(
         let now = if attempt == 0 {
             &list
         } else {
-            reloaded = super::manifest::load_list(&base, parent, &assigned).await?;
+            reloaded = crate::catalog::manifests::load_list(&base, parent, &assigned).await?;
             &reloaded
         };
         let listed: HashSet<&str> = now
@@ -265,7 +266,7 @@ pub(crate) async fn rewrite_manifests(
         list_writer.close().await?;
 
         // The table's totals do not change; a replace says so.
-        let totals = super::snapshot::totals(parent);
+        let totals = crate::catalog::snapshot::totals(parent);
         let snapshot = Snapshot::builder()
             .with_snapshot_id(snapshot_id)
             .with_parent_snapshot_id(Some(parent.snapshot_id()))
@@ -309,7 +310,7 @@ pub(crate) async fn rewrite_manifests(
     // refused): best effort, an orphan is harmless, only untidy.
     let written = merged.iter().map(|m| m.manifest_path.clone());
     for path in written.chain(refused_lists) {
-        super::confine::delete_within(table.file_io(), &path, &assigned).await;
+        crate::catalog::confine::delete_within(table.file_io(), &path, &assigned).await;
     }
     Err(Error::Conflict(format!(
         "{name} changed while its manifests were rewritten (another rewrite or a commit that \

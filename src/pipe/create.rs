@@ -1,0 +1,184 @@
+//! `CREATE PIPE`: the pipe's table, holding its definition.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use iceberg::{TableCreation, TableIdent};
+
+use super::options::{PipeOptions, copy_source_options};
+use super::status::{PipeStatus, status};
+use super::{
+    PROP_COPY_OPTIONS, PROP_CREATED_AT, PROP_INTERVAL, PROP_LEASE, PROP_LIST_INTERVAL, PROP_NAME,
+    PROP_QUEUE, PROP_STATE, PROP_TARGET, PROP_URI, PipeName, PipeState,
+};
+use crate::catalog::Catalogs;
+use crate::config::format_duration;
+use crate::error::{Error, Result};
+use crate::ingest::{Format, SourceOptions};
+
+/// `CREATE PIPE`, checked.
+#[derive(Debug, Clone)]
+pub struct CreatePipe {
+    /// The pipe.
+    pub name: PipeName,
+    /// Fail when it exists (`false`: `IF NOT EXISTS`).
+    pub if_not_exists: bool,
+    /// The table it loads (in the pipe's catalog).
+    pub target: TableIdent,
+    /// The prefix it watches.
+    pub uri: String,
+    /// The `COPY INTO` options as written (no secrets).
+    pub copy_options: Vec<(String, String)>,
+    /// How it runs.
+    pub options: PipeOptions,
+}
+
+impl CreatePipe {
+    /// Checks the parts of `CREATE PIPE`.
+    pub fn new(
+        name: PipeName,
+        if_not_exists: bool,
+        target: TableIdent,
+        uri: String,
+        copy_options: Vec<(String, String)>,
+        options: PipeOptions,
+    ) -> Result<Self> {
+        copy_source_options(&copy_options)?;
+        if options.notification_queue.is_some() && !uri.starts_with("s3://") {
+            return Err(Error::invalid(format!(
+                "notification_queue needs an s3:// prefix (S3 sends the notifications), not '{uri}': \
+                 leave it out to find new files by listing"
+            )));
+        }
+        Ok(Self {
+            name,
+            if_not_exists,
+            target,
+            uri,
+            copy_options,
+            options,
+        })
+    }
+}
+
+/// The pipe's runs: one row per run that loaded or failed something.
+fn runs_schema() -> Result<Schema> {
+    let string = || Type::Primitive(PrimitiveType::String);
+    let long = || Type::Primitive(PrimitiveType::Long);
+    let time = || Type::Primitive(PrimitiveType::Timestamptz);
+    let fields = vec![
+        NestedField::required(1, "run_id", string()),
+        NestedField::required(2, "started_at", time()),
+        NestedField::required(3, "finished_at", time()),
+        NestedField::required(4, "runner", string()),
+        NestedField::required(5, "files_loaded", long()),
+        NestedField::required(6, "rows", long()),
+        NestedField::required(7, "files_failed", long()),
+        NestedField::optional(8, "snapshot_id", long()),
+        NestedField::required(9, "message", string()),
+    ];
+    Ok(Schema::builder()
+        .with_fields(fields.into_iter().map(Arc::new))
+        .build()?)
+}
+
+/// The format of a pipe without one: what the files under its prefix
+/// announce, when they agree.
+async fn format_of(create: &CreatePipe, options: &SourceOptions) -> Result<Format> {
+    if let Some(format) = options.format {
+        return Ok(format);
+    }
+    let access = crate::ingest::copy_into::Access::open(&create.uri, options).await?;
+    let files = crate::ingest::source::candidates(&access).await?;
+    let formats: Vec<Option<Format>> = files
+        .iter()
+        .map(|f| crate::ingest::options::classify(&f.uri).0)
+        .collect();
+    match formats.first() {
+        Some(Some(first)) if formats.iter().all(|f| f == &Some(*first)) => Ok(*first),
+        Some(_) => Err(Error::invalid(format!(
+            "the files under '{}' do not all announce one format by their names: give the pipe's \
+             COPY INTO WITH (format = 'parquet' | 'csv' | 'json' | 'avro')",
+            create.uri
+        ))),
+        None => Err(Error::invalid(format!(
+            "'{}' holds no files yet, so the pipe cannot tell their format: give the pipe's \
+             COPY INTO WITH (format = 'parquet' | 'csv' | 'json' | 'avro')",
+            create.uri
+        ))),
+    }
+}
+
+/// `CREATE PIPE`: the pipe's table, with its definition; running.
+pub(crate) async fn create(icestage: &Catalogs, create: &CreatePipe) -> Result<PipeStatus> {
+    let catalog = create.name.catalog(icestage)?;
+    let ident = create.name.table();
+    if catalog.catalog().table_exists(&ident).await? {
+        if create.if_not_exists {
+            return status(icestage, &create.name).await;
+        }
+        return Err(Error::invalid(format!(
+            "pipe {} exists: DROP PIPE {} first, or use CREATE PIPE IF NOT EXISTS",
+            create.name, create.name
+        )));
+    }
+    let source = copy_source_options(&create.copy_options)?;
+    let format = format_of(create, &source).await?;
+    let mut copy_options = create.copy_options.clone();
+    if source.format.is_none() {
+        copy_options.push(("format".to_string(), format.to_string()));
+    }
+    let options = &create.options;
+    let mut properties = HashMap::from([
+        (PROP_NAME.to_string(), create.name.name.clone()),
+        (PROP_TARGET.to_string(), create.target.to_string()),
+        (PROP_URI.to_string(), create.uri.clone()),
+        (
+            PROP_COPY_OPTIONS.to_string(),
+            serde_json::to_string(&copy_options).expect("pairs serialize"),
+        ),
+        (PROP_INTERVAL.to_string(), format_duration(options.interval)),
+        (PROP_LEASE.to_string(), format_duration(options.lease)),
+        (
+            PROP_LIST_INTERVAL.to_string(),
+            format_duration(options.list_interval),
+        ),
+        (
+            PROP_QUEUE.to_string(),
+            options.notification_queue.clone().unwrap_or_default(),
+        ),
+        (PROP_STATE.to_string(), PipeState::Running.to_string()),
+        (PROP_CREATED_AT.to_string(), Utc::now().to_rfc3339()),
+    ]);
+    // Its properties change at every run: a bounded metadata folder.
+    properties.extend(crate::catalog::owned_table_properties());
+    catalog.ensure_namespace(ident.namespace()).await?;
+    let creation = TableCreation::builder()
+        .name(ident.name().to_string())
+        .schema(runs_schema()?)
+        .properties(properties)
+        .build();
+    match catalog
+        .catalog()
+        .create_table(ident.namespace(), creation)
+        .await
+    {
+        Ok(_) => {}
+        // Another process created it between the check and here.
+        Err(e) => {
+            if !catalog.catalog().table_exists(&ident).await? {
+                return Err(e.into());
+            }
+            if !create.if_not_exists {
+                return Err(Error::invalid(format!(
+                    "pipe {} exists: it was created meanwhile by another process; \
+                     DROP PIPE {} first, or use CREATE PIPE IF NOT EXISTS",
+                    create.name, create.name
+                )));
+            }
+        }
+    }
+    status(icestage, &create.name).await
+}
