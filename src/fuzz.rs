@@ -56,7 +56,7 @@ pub fn table_metadata(bytes: &[u8]) -> Result<(), String> {
 /// A staged file's Parquet footer (the Thrift bytes before the last 8),
 /// decoded as verification decodes it.
 pub fn parquet_footer(bytes: &[u8]) -> Result<(), String> {
-    crate::upload::verify::decode_footer(bytes, "input")
+    crate::upload::validation::verify::decode_footer(bytes, "input")
         .map(|_| ())
         .map_err(|e| e.to_string())
 }

@@ -14,7 +14,7 @@ use crate::error::Result;
 
 /// Every job icestage's operations send to a cluster.
 pub fn jobs() -> Jobs {
-    let jobs = crate::upload::distribute::jobs(Jobs::default());
+    let jobs = crate::upload::validation::distribute::jobs(Jobs::default());
     crate::ingest::distribute::jobs(jobs)
 }
 

@@ -173,7 +173,7 @@ pub(crate) fn kind_metadata(kind: &str) -> std::collections::HashMap<String, Str
 }
 
 /// Whether `field` holds JSON documents as text.
-fn is_json(field: &datafusion::arrow::datatypes::Field) -> bool {
+pub(crate) fn is_json(field: &datafusion::arrow::datatypes::Field) -> bool {
     field.metadata().get(JSON_EXTENSION.0).map(String::as_str) == Some(JSON_EXTENSION.1)
 }
 

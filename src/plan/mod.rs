@@ -97,7 +97,7 @@ async fn plan_statement(
                 .transpose()?
                 .unwrap_or_default();
             let plan = if explaining {
-                crate::upload::validate::explain(&icestage, &promote.id, verify).await?
+                crate::upload::validation::validate::explain(&icestage, &promote.id, verify).await?
             } else {
                 vec![]
             };

@@ -1,7 +1,17 @@
 //! `GET /openapi.json`: the API, described for clients and tools.
 
 use axum::Json;
+use datafusion::arrow::datatypes::DataType;
 use serde_json::{Value, json};
+
+use crate::credentials::vend::SessionCredentials;
+use crate::download::create::DownloadOpened;
+use crate::download::status::DownloadStatus;
+use crate::rows::{ResultRow, is_json};
+use crate::upload::abort::UploadAborted;
+use crate::upload::create::UploadOpened;
+use crate::upload::publish::Published;
+use crate::upload::status::{UploadFinding, UploadStatus};
 
 fn error() -> Value {
     json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
@@ -24,9 +34,117 @@ fn errors(mut responses: Value) -> Value {
     responses
 }
 
+/// The JSON schema of one column as the API writes it (Arrow's JSON writer:
+/// timestamps as RFC 3339 strings; JSON columns as the objects they hold).
+fn column_schema(field: &datafusion::arrow::datatypes::Field) -> Value {
+    let mut schema = if is_json(field) {
+        json!({"type": "object"})
+    } else {
+        match field.data_type() {
+            DataType::Boolean => json!({"type": "boolean"}),
+            DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64 => json!({"type": "integer"}),
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+                json!({"type": "number"})
+            }
+            DataType::Timestamp(..) | DataType::Date32 | DataType::Date64 => {
+                json!({"type": "string", "format": "date-time"})
+            }
+            DataType::List(item) | DataType::LargeList(item) => {
+                json!({"type": "array", "items": column_schema(item)})
+            }
+            _ => json!({"type": "string"}),
+        }
+    };
+    if field.is_nullable() {
+        schema["nullable"] = json!(true);
+    }
+    schema
+}
+
+/// The response schema of result row `T`: the columns SQL shows, typed as
+/// the row declares them, so the document cannot drift from the answers.
+/// The body always carries every column (NULL as `null`).
+fn row_schema<T: ResultRow>() -> Value {
+    let schema = T::schema();
+    let mut properties = serde_json::Map::new();
+    for field in schema.fields() {
+        properties.insert(field.name().clone(), column_schema(field));
+    }
+    let required: Vec<&String> = schema.fields().iter().map(|f| f.name()).collect();
+    json!({"type": "object", "required": required, "properties": properties})
+}
+
+/// `schema` with a property added (what the handler adds to the row).
+fn with_property(mut schema: Value, name: &str, property: Value, required: bool) -> Value {
+    schema["properties"][name] = property;
+    if required && let Some(list) = schema["required"].as_array_mut() {
+        list.push(json!(name));
+    }
+    schema
+}
+
+/// `schema` without a property (what the handler leaves out of the row).
+fn without_property(mut schema: Value, name: &str) -> Value {
+    if let Some(properties) = schema["properties"].as_object_mut() {
+        properties.remove(name);
+    }
+    if let Some(list) = schema["required"].as_array_mut() {
+        list.retain(|n| n != name);
+    }
+    schema
+}
+
 /// The OpenAPI 3 document.
 pub(crate) fn spec() -> Value {
     let mut spec = api();
+    let connection = |what: &str| json!({"type": "object", "description": what});
+    let schemas = &mut spec["components"]["schemas"];
+    schemas["Upload"] = with_property(
+        row_schema::<UploadOpened>(),
+        "connection",
+        connection(
+            "properties for PyIceberg's load_catalog(name, **props): this service's Iceberg REST \
+             catalog (/iceberg) with a token for the staging table alone; null once the upload is \
+             promoted",
+        ),
+        true,
+    );
+    schemas["UploadStatus"] = row_schema::<UploadStatus>();
+    schemas["UploadAborted"] = row_schema::<UploadAborted>();
+    schemas["Published"] = row_schema::<Published>();
+    schemas["Download"] = with_property(
+        row_schema::<DownloadOpened>(),
+        "connection",
+        connection(
+            "this service's Iceberg REST catalog with a read-only token for the download table",
+        ),
+        true,
+    );
+    schemas["DownloadStatus"] = row_schema::<DownloadStatus>();
+    let credentials = without_property(row_schema::<SessionCredentials>(), "catalog_config");
+    let credentials = with_property(
+        credentials,
+        "connection",
+        connection("the REST catalog connection, with a new session token"),
+        true,
+    );
+    // Without storage keys (the service signs every storage request) the
+    // answer is the id, `remote_signing` and the connection alone.
+    schemas["Credentials"] = with_property(
+        credentials,
+        "remote_signing",
+        json!({"type": "boolean", "description": "true when no keys are vended: the catalog signs each storage request"}),
+        false,
+    );
+    schemas["Findings"]["properties"]["items"]["items"] =
+        without_property(row_schema::<UploadFinding>(), "upload_id");
     spec["paths"]["/metrics"] = json!({"get": {
         "summary": "Prometheus' text format, with [service] metrics_token as the bearer token",
         "security": [{"metrics": []}],
@@ -56,7 +174,6 @@ pub(crate) fn spec() -> Value {
 /// The upload and download endpoints.
 fn api() -> Value {
     let string = json!({"type": "string"});
-    let status = json!({"type": "object", "additionalProperties": true});
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -79,7 +196,7 @@ fn api() -> Value {
                 "get": {"summary": "state, counts and findings summary", "parameters": [id_parameter()],
                     "responses": errors(json!({"200": ok("status", "UploadStatus")}))},
                 "delete": {"summary": "abort: discard the staged rows", "parameters": [id_parameter()],
-                    "responses": errors(json!({"200": ok("aborted", "UploadStatus")}))}},
+                    "responses": errors(json!({"200": ok("aborted", "UploadAborted")}))}},
             "/uploads/{id}/credentials": {"post": {"summary": "credentials for the staging table only",
                 "parameters": [id_parameter()], "responses": errors(json!({"200": ok("credentials", "Credentials")}))}},
             "/uploads/{id}/complete": {"post": {"summary": "validate and promote in the background",
@@ -93,7 +210,7 @@ fn api() -> Value {
                             "description": "tag the snapshot holding the rows upload-<id>"},
                         "to_branch": {"type": "string",
                             "description": "land the rows on this audit branch of the target (created if missing); publish them with /uploads/{id}/publish"}}}}}},
-                "responses": errors(json!({"202": ok("accepted", "UploadStatus")}))}},
+                "responses": errors(json!({"202": ok("accepted: poll GET /uploads/{id} until promoted or failed", "Accepted")}))}},
             "/uploads/{id}/publish": {"post": {"summary": "publish an upload promoted to an audit branch on the target's main, exactly once, its rules checked again",
                 "parameters": [id_parameter()],
                 "responses": errors(json!({"200": ok("published", "Published")}))}},
@@ -103,7 +220,7 @@ fn api() -> Value {
                 "responses": errors(json!({"200": ok("findings", "Findings")}))}},
             "/downloads": {"post": {"summary": "start a download of a table, filtered",
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CreateDownload"}}}},
-                "responses": errors(json!({"202": ok("the download", "DownloadStatus")}))}},
+                "responses": errors(json!({"202": ok("the download", "Download")}))}},
             "/downloads/{id}": {"get": {"summary": "pending, ready or failed", "parameters": [id_parameter()],
                 "responses": errors(json!({"200": ok("status", "DownloadStatus")}))}},
             "/downloads/{id}/credentials": {"post": {"summary": "read-only credentials for the download table",
@@ -121,20 +238,9 @@ fn api() -> Value {
                     "catalog": {"type": "string", "description": "a catalog the token reaches (default: its first)"},
                     "ttl": {"type": "string", "example": "24h"},
                     "idempotency_key": {"type": "string", "description": "a retried create with the same key returns the same upload"}}},
-                "Upload": {"type": "object", "properties": {"upload_id": string, "staging_table": string,
-                    "target_table": string, "state": string, "expires_at": string, "catalog": string,
-                    "connection": {"type": "object", "description": "properties for PyIceberg's load_catalog(name, **props): this service's Iceberg REST catalog (/iceberg) with a token for the staging table alone"},
-                    "files_location": {"type": "string", "nullable": true, "description": "where the client puts the files its rows reference (columns declared FILE), with the session's own access; verified and landed with the rows by the promotion"}}},
-                "UploadStatus": status.clone(),
-                "Published": {"type": "object", "properties": {"upload_id": string, "state": string,
-                    "branch": string, "snapshot_id": {"type": "integer", "nullable": true},
-                    "how": {"type": "string", "enum": ["fast_forward", "reapplied", "none"]},
-                    "rows": {"type": "integer"}, "files": {"type": "integer"}, "message": string}},
-                "DownloadStatus": status,
-                "Credentials": {"type": "object", "properties": {"id": string, "mode": string, "table_name": string,
-                    "access_key_id": string, "secret_access_key": string, "session_token": string, "expiration": string,
-                    "region": string, "connection": {"type": "object", "description": "the REST catalog connection, with a new session token"}}},
-                "Findings": {"type": "object", "properties": {"upload_id": string, "page": {"type": "integer"},
+                "Accepted": {"type": "object", "required": ["upload_id", "state"], "properties": {
+                    "upload_id": string, "state": {"type": "string", "description": "promoting, or where the upload already stands"}}},
+                "Findings": {"type": "object", "required": ["upload_id", "page", "page_size", "total", "items"], "properties": {"upload_id": string, "page": {"type": "integer"},
                     "page_size": {"type": "integer"}, "total": {"type": "integer"}, "items": {"type": "array", "items": {"type": "object"}}}},
                 "CreateDownload": {"type": "object", "required": ["table"], "additionalProperties": false, "properties": {
                     "table": string, "ttl": string,

@@ -2,7 +2,9 @@
 //! promotion holds the session, so a promotion's files are never purged.
 
 use super::validation::load_target;
-use super::{Staging, UploadId, UploadState, find_staging, findings, promoted_snapshot};
+use super::{
+    Staging, UploadId, UploadState, find_staging, promoted_snapshot, validation::findings,
+};
 use crate::catalog::Catalogs;
 use crate::error::{Error, Result};
 use crate::rows::result_row;

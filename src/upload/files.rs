@@ -38,8 +38,9 @@ use iceberg::io::FileIO;
 use iceberg::table::Table;
 
 use super::Staging;
-use super::findings::Finding;
-use super::validation::{FINDINGS_PER_RULE, Relocation, Validation, key_text, named};
+use super::transfer::Relocation;
+use super::validation::findings::Finding;
+use super::validation::{FINDINGS_PER_RULE, Validation, key_text, named};
 use crate::catalog::confine::{delete_within, is_under, local, through_link};
 use crate::catalog::copy::Copier;
 use crate::error::{Error, Result};

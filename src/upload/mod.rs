@@ -16,21 +16,14 @@ pub(crate) mod abort;
 pub(crate) mod access;
 pub(crate) mod confine;
 pub(crate) mod create;
-#[cfg(feature = "cluster")]
-pub(crate) mod distribute;
-pub(crate) mod drift;
-pub(crate) mod enforce;
 pub(crate) mod files;
-pub(crate) mod findings;
 pub(crate) mod modes;
 pub(crate) mod promote;
 pub(crate) mod publish;
 pub(crate) mod seal;
 pub(crate) mod status;
 pub(crate) mod transfer;
-pub(crate) mod validate;
 pub(crate) mod validation;
-pub(crate) mod verify;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -27,7 +27,7 @@ use iceberg::spec::{DataFile, Datum};
 use iceberg::table::Table;
 
 use super::Staging;
-use super::enforce::ident;
+use super::validation::enforce::ident;
 use crate::catalog::bridge::writer::write_rows;
 use crate::catalog::commit::replace::{Live, Plan, Replaced, Version, overwrite_once, records};
 use crate::catalog::snapshot::summary_property;

@@ -6,7 +6,7 @@
 //!    `upload-id=<id>`, only the clean-up is left (a crash or a concurrent
 //!    promotion got there first);
 //! 2. claim it (`state=promoting`, a compare-and-swap on the staging table);
-//! 3. validate ([`super::validate`]): what the metadata answers (drift,
+//! 3. validate ([`super::validation::validate`]): what the metadata answers (drift,
 //!    operations, required NULLs), then the target's rules; row-level
 //!    findings go to `upload_findings('<id>')`, and any problem stops here
 //!    with the target untouched (`WITH (dry_run = true)` always stops here);
@@ -26,14 +26,14 @@ use iceberg::table::Table;
 
 pub use super::modes::PromoteMode;
 use super::modes::{Changes, check, preview};
-use super::validate::validate;
 pub use super::validation::TransferPath;
+use super::validation::validate::validate;
 use super::validation::{
     Validation, Verify, copies_first, load_target, transfer_path, verified_files,
 };
 use super::{
     SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
-    findings, promoted_snapshot, transfer,
+    promoted_snapshot, transfer, validation::findings,
 };
 use crate::catalog::Catalogs;
 use crate::catalog::Removal;

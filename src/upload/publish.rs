@@ -21,9 +21,9 @@ use iceberg::spec::{DataFile, MAIN_BRANCH};
 use iceberg::table::Table;
 use iceberg_datafusion::IcebergStaticTableProvider;
 
-use super::enforce::{rules_context, unique_findings};
 use super::validation::Validation;
-use super::{SNAPSHOT_UPLOAD_ID, UploadId, UploadRecord, UploadState, findings, seal};
+use super::validation::enforce::{rules_context, unique_findings};
+use super::{SNAPSHOT_UPLOAD_ID, UploadId, UploadRecord, UploadState, seal, validation::findings};
 use crate::catalog::commit::Evidence;
 use crate::catalog::commit::append::Refusal;
 use crate::catalog::commit::branch::{self, Publication, SNAPSHOT_BRANCH};

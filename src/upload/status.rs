@@ -8,8 +8,8 @@ use iceberg::TableIdent;
 use iceberg::table::Table;
 
 use super::{
-    Staging, UploadId, UploadRecord, UploadState, find_staging, findings, list_staging,
-    promoted_snapshot,
+    Staging, UploadId, UploadRecord, UploadState, find_staging, list_staging, promoted_snapshot,
+    validation::findings,
 };
 use crate::catalog::Catalogs;
 use crate::catalog::commit::summary_count;

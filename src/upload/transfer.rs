@@ -24,11 +24,22 @@ use iceberg::spec::{DataFile, DataFileBuilder};
 use iceberg::table::Table;
 
 use super::Staging;
-use super::validation::Relocation;
 use crate::catalog::bridge::writer::write_rows;
 use crate::catalog::copy::Copier;
 use crate::cluster::{Recipe, RecipeTable};
 use crate::error::{Error, Result};
+
+/// Where promoted rows' file references point: `uri`s starting with `from`
+/// are rewritten to start with `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Relocation {
+    /// The target's file columns.
+    pub(crate) columns: Vec<String>,
+    /// The session's `files_location`, with a trailing `/`.
+    pub(crate) from: String,
+    /// The target's folder for this upload's files, with a trailing `/`.
+    pub(crate) to: String,
+}
 
 /// Copies each of `files` into the target's data folder; returns the copies'
 /// data files (same metrics, new paths).

@@ -2,7 +2,8 @@
 //! only modules below it in [`LAYERS`]. A new edge upward fails this test
 //! with the file that made it, so no import cycle can come back. Inside a
 //! folder, files depend one way too: two files (or folders) that name each
-//! other, directly or around a circle, fail the second test.
+//! other, directly or around a circle, fail the second test, and so do
+//! folders taken whole, at every depth.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -259,7 +260,7 @@ fn cycles(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Strin
 }
 
 #[test]
-fn files_inside_each_folder_name_each_other_one_way() {
+fn files_and_folders_name_each_other_one_way() {
     let src = repo().join("src");
     let mut files = vec![];
     walk(&src, &mut files);
@@ -281,15 +282,35 @@ fn files_inside_each_folder_name_each_other_one_way() {
         let entry = edges.entry(base.clone()).or_default();
         entry.extend(named.into_iter().filter(|m| *m != base));
     }
-    let found = cycles(&edges);
+    // Files first, then folders at every depth (a folder taken whole).
+    let deepest = modules.iter().map(Vec::len).max().unwrap_or(0);
+    let mut found = vec![];
+    for depth in std::iter::once(usize::MAX).chain(1..deepest) {
+        let mut collapsed: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+        for (a, targets) in &edges {
+            let a = a[..a.len().min(depth)].to_vec();
+            for b in targets {
+                let b = b[..b.len().min(depth)].to_vec();
+                if a != b {
+                    collapsed.entry(a.clone()).or_default().insert(b);
+                }
+            }
+        }
+        let level = if depth == usize::MAX {
+            "files".to_string()
+        } else {
+            format!("folders {depth} deep")
+        };
+        found.extend(
+            cycles(&collapsed)
+                .into_iter()
+                .map(|group| format!("{level}: {}", group.join(" <-> "))),
+        );
+    }
     assert!(
         found.is_empty(),
-        "files that name each other in a circle (split out what they share into a file both \
-         name):\n{}",
-        found
-            .iter()
-            .map(|g| g.join(" <-> "))
-            .collect::<Vec<_>>()
-            .join("\n")
+        "files or folders that name each other in a circle (split out what they share into a \
+         file both name):\n{}",
+        found.join("\n")
     );
 }

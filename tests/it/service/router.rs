@@ -11,10 +11,13 @@ async fn the_upload_and_download_flow_through_the_router() {
 
     let (status, health) = call(&app, "GET", "/healthz", None, None).await;
     assert_eq!((status, health), (StatusCode::OK, json!({"status": "ok"})));
+    // Every answer below is checked against the document's schema for it.
+    let (_, spec) = call(&app, "GET", "/openapi.json", None, None).await;
 
     let create = r#"{"table": "payments.transactions", "idempotency_key": "batch-7", "ttl": "2h"}"#;
     let (status, upload) = call(&app, "POST", "/uploads", Some(TOKEN), Some(create)).await;
     assert_eq!(status, StatusCode::CREATED, "{upload}");
+    conforms(&spec, "Upload", &upload);
     let id = text(&upload, "upload_id");
     assert_eq!(upload["connection"]["type"], "rest");
     // A retried create (same idempotency key) is the same upload.
@@ -25,6 +28,7 @@ async fn the_upload_and_download_flow_through_the_router() {
         call_as_acme(&app, "POST", &format!("/uploads/{id}/credentials")).await;
     assert_eq!(status, StatusCode::OK, "{credentials}");
     assert_eq!(text(&credentials, "mode"), "write");
+    conforms(&spec, "Credentials", &credentials);
 
     // The client writes with an Iceberg client of its own.
     let client = warehouse.session().await;
@@ -40,7 +44,9 @@ async fn the_upload_and_download_flow_through_the_router() {
     .unwrap();
     let (status, accepted) = call_as_acme(&app, "POST", &format!("/uploads/{id}/complete")).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    conforms(&spec, "Accepted", &accepted);
     let done = poll_until(&app, &format!("/uploads/{id}"), &["promoted", "failed"]).await;
+    conforms(&spec, "UploadStatus", &done);
     assert_eq!(
         (text(&done, "state"), done["rows"].as_i64()),
         ("promoted".to_string(), Some(2)),
@@ -107,17 +113,20 @@ async fn the_upload_and_download_flow_through_the_router() {
         (Some(5), Some(2)),
         "{page}"
     );
+    conforms(&spec, "Findings", &page);
     let (status, aborted) = call_as_acme(&app, "DELETE", &format!("/uploads/{failing_id}")).await;
     assert_eq!(
         (status, text(&aborted, "state")),
         (StatusCode::OK, "aborted".to_string())
     );
+    conforms(&spec, "UploadAborted", &aborted);
 
     // Downloads, with a structured filter.
     let request = r#"{"table": "payments.transactions", "columns": ["transaction_id", "amount_cents"],
         "filter": [{"column": "currency", "op": "in", "value": ["usd", "gbp"]}, {"column": "amount_cents", "op": "ge", "value": 50}]}"#;
     let (status, download) = call(&app, "POST", "/downloads", Some(TOKEN), Some(request)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{download}");
+    conforms(&spec, "Download", &download);
     let download_id = text(&download, "download_id");
     let ready = poll_until(
         &app,
@@ -125,6 +134,7 @@ async fn the_upload_and_download_flow_through_the_router() {
         &["ready", "failed"],
     )
     .await;
+    conforms(&spec, "DownloadStatus", &ready);
     assert_eq!(
         (text(&ready, "state"), ready["rows"].as_i64()),
         ("ready".to_string(), Some(1)),
@@ -140,6 +150,7 @@ async fn the_upload_and_download_flow_through_the_router() {
         (status, text(&read, "mode")),
         (StatusCode::OK, "read".to_string())
     );
+    conforms(&spec, "Credentials", &read);
     let table = text(&download, "download_table");
     assert_eq!(
         scalar(&client, &format!("SELECT transaction_id FROM {table}")).await,
@@ -150,6 +161,61 @@ async fn the_upload_and_download_flow_through_the_router() {
     // exist.
     let (status, _) = call(&app, "GET", &format!("/uploads/{id}"), Some(OTHER), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Checks `body` against schema `name` of the OpenAPI document `spec`:
+/// every required property there, nothing the schema does not name, each
+/// value of the type declared (`null` only where it is nullable), at every
+/// depth the schema describes.
+fn conforms(spec: &Value, name: &str, body: &Value) {
+    let schema = &spec["components"]["schemas"][name];
+    assert!(schema.is_object(), "/openapi.json has no schema {name}");
+    check_value(schema, body, name);
+}
+
+fn check_value(schema: &Value, value: &Value, at: &str) {
+    if value.is_null() {
+        assert!(
+            schema["nullable"] == json!(true),
+            "{at} is null but its schema is not nullable: {schema}"
+        );
+        return;
+    }
+    let kind = schema["type"].as_str().unwrap_or("any");
+    let fits = match kind {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        _ => true,
+    };
+    assert!(
+        fits,
+        "{at} = {value} is not of the type its schema declares: {schema}"
+    );
+    if let (Some(properties), Some(object)) = (schema["properties"].as_object(), value.as_object())
+    {
+        for required in schema["required"].as_array().into_iter().flatten() {
+            let required = required.as_str().unwrap();
+            assert!(
+                object.contains_key(required),
+                "{at} lacks '{required}', which its schema requires: {value}"
+            );
+        }
+        for (key, item) in object {
+            let property = properties
+                .get(key)
+                .unwrap_or_else(|| panic!("{at}.{key} is not in its schema: {schema}"));
+            check_value(property, item, &format!("{at}.{key}"));
+        }
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
+        for (i, item) in array.iter().enumerate() {
+            check_value(items, item, &format!("{at}[{i}]"));
+        }
+    }
 }
 
 /// The ids (column `id`, INT) a download of `ledger.entries` with `filter`

@@ -11,11 +11,11 @@ use futures::TryStreamExt;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
-use super::{STAGING_NAMESPACE, UploadId};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::bridge::insert::append_rows;
 use crate::error::{Error, Result};
 use crate::rows::Value;
+use crate::upload::{STAGING_NAMESPACE, UploadId};
 
 /// Prefix of a findings table's name; the upload id follows.
 pub const FINDINGS_TABLE_PREFIX: &str = "findings_";

@@ -17,15 +17,13 @@ use iceberg::scan::FileScanTask;
 use iceberg::table::Table;
 use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
 
-use super::Staging;
 use super::findings::Finding;
-use super::validation::{
-    FINDINGS_PER_RULE, VALIDATION_MEMORY, Validation, key_text, named, values_json,
-};
+use super::{FINDINGS_PER_RULE, VALIDATION_MEMORY, Validation, key_text, named, values_json};
 use crate::catalog::bridge::provider::table_provider;
 use crate::cluster::{Cluster, Recipe, RecipeTable};
 use crate::error::{Error, Result};
 use crate::tables::rules::PlannedCheck;
+use crate::upload::Staging;
 
 /// Evaluates every CHECK rule in one streaming pass over the staging files
 /// whose metrics allow a violation of at least one of them.

@@ -21,13 +21,13 @@ use iceberg::table::Table;
 
 use super::drift::{Matching, inspect_metadata, required_nulls};
 use super::enforce::{evaluate_checks, evaluate_unique};
-use super::validation::{Validation, Verify, load_target, verified_files};
-use super::{Staging, UploadId, find_staging};
+use super::{Validation, Verify, load_target, verified_files};
 use crate::catalog::Catalogs;
 use crate::catalog::commit::summary_count;
 use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::tables::rules::{PlannedCheck, Rule, df_schema, plan_checks, rules_of};
+use crate::upload::{Staging, UploadId, find_staging};
 
 /// The rule an upsert's key is checked under when no UNIQUE rule of the
 /// target names exactly its columns: each key at most once in the upload.
@@ -47,8 +47,8 @@ pub(crate) async fn validate(
     cluster: Option<&Cluster>,
     upsert_key: Option<&[String]>,
 ) -> Result<Validation> {
-    let location = super::confine::assigned_location(staging).await?;
-    let (confinement, manifests) = super::confine::confinement(staging, &location).await?;
+    let location = crate::upload::confine::assigned_location(staging).await?;
+    let (confinement, manifests) = crate::upload::confine::confinement(staging, &location).await?;
     if !confinement.is_empty() {
         return Ok(Validation {
             reasons: confinement,
@@ -222,7 +222,8 @@ async fn verify_bytes(
         Some(cluster) => return Err(cluster.unavailable()),
     };
     let (io, files) = if copy_first {
-        let copies = super::transfer::copy_files(staging, target, &validation.files).await?;
+        let copies =
+            crate::upload::transfer::copy_files(staging, target, &validation.files).await?;
         (target.file_io().clone(), copies)
     } else {
         (staging.table.file_io().clone(), validation.files.clone())
@@ -287,10 +288,10 @@ pub(crate) async fn explain(icestage: &Catalogs, id: &str, verify: Verify) -> Re
         "total-data-files",
     )
     .unwrap_or(0);
-    let path = super::validation::transfer_path(&staging, &target);
+    let path = super::transfer_path(&staging, &target);
     let how = match path {
-        super::validation::TransferPath::Copy => "copies of ",
-        super::validation::TransferPath::Rewrite => "rewritten ",
+        super::TransferPath::Copy => "copies of ",
+        super::TransferPath::Rewrite => "rewritten ",
         _ => "",
     };
     steps.push(format!(
@@ -298,7 +299,7 @@ pub(crate) async fn explain(icestage: &Catalogs, id: &str, verify: Verify) -> Re
          the evidence re-checked on every attempt",
         path.as_str(),
         staging.target,
-        super::SNAPSHOT_UPLOAD_ID
+        crate::upload::SNAPSHOT_UPLOAD_ID
     ));
     Ok(steps)
 }

@@ -13,8 +13,8 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use super::Staging;
 use crate::error::Result;
+use crate::upload::Staging;
 
 /// One column of a schema, flattened (nested fields by their dotted path).
 #[derive(Debug, PartialEq)]
@@ -258,7 +258,7 @@ pub(crate) async fn required_nulls(
 pub(crate) fn inspect_metadata(
     staging: &Staging,
     target: &Table,
-    manifests: super::confine::Loaded,
+    manifests: crate::upload::confine::Loaded,
 ) -> Result<(Vec<DataFile>, Vec<String>)> {
     let metadata = staging.table.metadata();
     let target_schema = target.metadata().current_schema();

@@ -1,9 +1,23 @@
-//! What the steps of validation and promotion share, as a leaf of this
-//! folder (it imports none of the steps): how promotion proves what it
-//! promotes ([`Verify`]), what validation found ([`Validation`]), how a
+//! Validation: what promotion proves before anything reaches the target.
+//!
+//! This file is the vocabulary every step shares: how promotion proves what
+//! it promotes ([`Verify`]), what validation found ([`Validation`]), how a
 //! finding shows a row, the target an upload names and the path its rows
-//! take. `validate` orchestrates the steps (`verify`, `enforce`,
-//! `distribute`); `promote` calls `validate`; no step calls back.
+//! take. The steps, a file each: [`drift`] (what the staging metadata
+//! answers, without reading data), [`verify`] (every staged byte, a folder
+//! split by step), [`enforce`] (the target's rules), `distribute` (the
+//! same on a cluster) and [`findings`] (kept beside the staging table).
+//! [`validate`] orchestrates them; `promote` calls `validate`; no step
+//! calls back, and this file names only the two leaves, `drift` and
+//! `findings`.
+
+#[cfg(feature = "cluster")]
+pub(crate) mod distribute;
+pub(crate) mod drift;
+pub(crate) mod enforce;
+pub(crate) mod findings;
+pub(crate) mod validate;
+pub(crate) mod verify;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,8 +27,8 @@ use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 
-use super::drift::{Matching, schema_drift};
-use super::findings::Finding;
+use self::drift::{Matching, schema_drift};
+use self::findings::Finding;
 use super::{Staging, is_missing};
 use crate::cluster::{Cluster, PinnedFile, Recipe};
 use crate::error::{Error, Result};
@@ -74,18 +88,6 @@ impl Validation {
         }
         lines
     }
-}
-
-/// Where promoted rows' file references point: `uri`s starting with `from`
-/// are rewritten to start with `to`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Relocation {
-    /// The target's file columns.
-    pub(crate) columns: Vec<String>,
-    /// The session's `files_location`, with a trailing `/`.
-    pub(crate) from: String,
-    /// The target's folder for this upload's files, with a trailing `/`.
-    pub(crate) to: String,
 }
 
 /// How promotion proves what it promotes.

@@ -1,0 +1,242 @@
+//! Column metrics taken from the values read (value and null counts,
+//! lower and upper bounds): what the target's manifest will carry.
+
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::compute::{self};
+use datafusion::arrow::datatypes::{
+    Date32Type, Float32Type, Float64Type, Int32Type, Int64Type, TimestampMicrosecondType,
+};
+use iceberg::spec::{Datum, PrimitiveType, Type};
+
+/// String bounds longer than this are left out of the metrics (Iceberg
+/// truncates bounds; leaving one out only costs pruning, never correctness).
+const MAX_STRING_BOUND: usize = 64;
+
+/// Metrics of one column, accumulated over the rows read.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct ColumnMetrics {
+    pub(super) values: u64,
+    pub(super) nulls: u64,
+    pub(super) lower: Option<Datum>,
+    pub(super) upper: Option<Datum>,
+    /// False once some batch had values whose bounds could not be taken.
+    bounded: bool,
+}
+
+impl ColumnMetrics {
+    pub(super) fn new() -> Self {
+        Self {
+            bounded: true,
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn add(&mut self, array: &ArrayRef, kind: &Type) {
+        let nulls = array.logical_null_count();
+        self.values += array.len() as u64;
+        self.nulls += nulls as u64;
+        if nulls == array.len() {
+            return;
+        }
+        match (bounds(array, kind), self.bounded) {
+            (Some((low, high)), true) => {
+                if self.lower.as_ref().is_none_or(|l| low < *l) {
+                    self.lower = Some(low);
+                }
+                if self.upper.as_ref().is_none_or(|u| high > *u) {
+                    self.upper = Some(high);
+                }
+            }
+            _ => {
+                self.bounded = false;
+                self.lower = None;
+                self.upper = None;
+            }
+        }
+    }
+
+    pub(super) fn merge(&mut self, other: ColumnMetrics) {
+        self.values += other.values;
+        self.nulls += other.nulls;
+        self.bounded &= other.bounded;
+        if !self.bounded {
+            self.lower = None;
+            self.upper = None;
+            return;
+        }
+        if let Some(low) = other.lower
+            && self.lower.as_ref().is_none_or(|l| low < *l)
+        {
+            self.lower = Some(low);
+        }
+        if let Some(high) = other.upper
+            && self.upper.as_ref().is_none_or(|u| high > *u)
+        {
+            self.upper = Some(high);
+        }
+    }
+}
+
+/// The least and greatest value of `array` (which has the Arrow type of
+/// `kind`), as Iceberg bounds; `None` where they cannot be taken exactly.
+fn bounds(array: &ArrayRef, kind: &Type) -> Option<(Datum, Datum)> {
+    let Type::Primitive(primitive) = kind else {
+        return None;
+    };
+    if let Some(dictionary) = array.as_any_dictionary_opt() {
+        // Every value is one of the dictionary's; bounds over the dictionary
+        // hold them all.
+        return bounds(dictionary.values(), kind);
+    }
+    match primitive {
+        PrimitiveType::Boolean => {
+            let a = array.as_boolean_opt()?;
+            Some((
+                Datum::bool(compute::min_boolean(a)?),
+                Datum::bool(compute::max_boolean(a)?),
+            ))
+        }
+        PrimitiveType::Int => {
+            let a = array.as_primitive_opt::<Int32Type>()?;
+            Some((Datum::int(compute::min(a)?), Datum::int(compute::max(a)?)))
+        }
+        PrimitiveType::Long => {
+            let a = array.as_primitive_opt::<Int64Type>()?;
+            Some((Datum::long(compute::min(a)?), Datum::long(compute::max(a)?)))
+        }
+        PrimitiveType::Float => {
+            let a = array.as_primitive_opt::<Float32Type>()?;
+            let (low, high) = (compute::min(a)?, compute::max(a)?);
+            (!low.is_nan() && !high.is_nan()).then(|| (Datum::float(low), Datum::float(high)))
+        }
+        PrimitiveType::Double => {
+            let a = array.as_primitive_opt::<Float64Type>()?;
+            let (low, high) = (compute::min(a)?, compute::max(a)?);
+            (!low.is_nan() && !high.is_nan()).then(|| (Datum::double(low), Datum::double(high)))
+        }
+        PrimitiveType::Date => {
+            let a = array.as_primitive_opt::<Date32Type>()?;
+            Some((Datum::date(compute::min(a)?), Datum::date(compute::max(a)?)))
+        }
+        PrimitiveType::Timestamp | PrimitiveType::Timestamptz => {
+            let a = array.as_primitive_opt::<TimestampMicrosecondType>()?;
+            let (low, high) = (compute::min(a)?, compute::max(a)?);
+            Some(if *primitive == PrimitiveType::Timestamp {
+                (Datum::timestamp_micros(low), Datum::timestamp_micros(high))
+            } else {
+                (
+                    Datum::timestamptz_micros(low),
+                    Datum::timestamptz_micros(high),
+                )
+            })
+        }
+        PrimitiveType::String => {
+            if let Some(views) = array.as_string_view_opt() {
+                let (low, high) = (
+                    compute::min_string_view(views)?,
+                    compute::max_string_view(views)?,
+                );
+                return (low.len() <= MAX_STRING_BOUND && high.len() <= MAX_STRING_BOUND)
+                    .then(|| (Datum::string(low), Datum::string(high)));
+            }
+            let (low, high) = match array.as_string_opt::<i32>() {
+                Some(a) => string_bounds(a)?,
+                None => string_bounds(array.as_string_opt::<i64>()?)?,
+            };
+            (low.len() <= MAX_STRING_BOUND && high.len() <= MAX_STRING_BOUND)
+                .then(|| (Datum::string(low), Datum::string(high)))
+        }
+        _ => None,
+    }
+}
+
+/// The first eight bytes of `value`, zero-padded, as a number that orders
+/// as the bytes do.
+fn prefix(value: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = value.len().min(8);
+    bytes[..n].copy_from_slice(&value[..n]);
+    u64::from_be_bytes(bytes)
+}
+
+/// The least and greatest non-null value of `array`, byte-wise (as Iceberg
+/// orders strings). Most values are decided by their first eight bytes, so
+/// few comparisons reach the whole strings.
+fn string_bounds<O: datafusion::arrow::array::OffsetSizeTrait>(
+    array: &datafusion::arrow::array::GenericStringArray<O>,
+) -> Option<(&str, &str)> {
+    let offsets = array.value_offsets();
+    let values = array.value_data();
+    let nulls = array.nulls();
+    // (least, greatest), each with its prefix.
+    type Bound<'a> = (&'a [u8], u64);
+    let mut bounds: Option<(Bound<'_>, Bound<'_>)> = None;
+    for row in 0..array.len() {
+        if nulls.is_some_and(|n| n.is_null(row)) {
+            continue;
+        }
+        let value = &values[offsets[row].as_usize()..offsets[row + 1].as_usize()];
+        let key = prefix(value);
+        match &mut bounds {
+            None => bounds = Some(((value, key), (value, key))),
+            Some((low, high)) => {
+                if key < low.1 || (key == low.1 && value < low.0) {
+                    *low = (value, key);
+                }
+                if key > high.1 || (key == high.1 && value > high.0) {
+                    *high = (value, key);
+                }
+            }
+        }
+    }
+    let ((low, _), (high, _)) = bounds?;
+    // Slices of a valid string array at its own offsets are valid UTF-8.
+    Some((
+        std::str::from_utf8(low).ok()?,
+        std::str::from_utf8(high).ok()?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{DictionaryArray, Int32Array, LargeStringArray, StringArray};
+    use datafusion::arrow::datatypes::Int32Type;
+
+    use super::*;
+
+    #[test]
+    fn string_bounds_order_bytes_and_skip_nulls() {
+        let array = StringArray::from(vec![
+            Some("txn_5"),
+            None,
+            Some("txn_10"),
+            Some("txn_1000000000"),
+            Some("a"),
+            Some("txn_9"),
+            Some(""),
+        ]);
+        assert_eq!(string_bounds(&array), Some(("", "txn_9")));
+        let large = LargeStringArray::from(vec![Some("b"), Some("abcdefghij"), Some("abcdefghi")]);
+        assert_eq!(string_bounds(&large), Some(("abcdefghi", "b")));
+        let empty = StringArray::from(vec![None::<&str>]);
+        assert_eq!(string_bounds(&empty), None);
+    }
+
+    #[test]
+    fn metrics_of_a_dictionary_column_hold_every_value() {
+        let keys = Int32Array::from(vec![Some(1), None, Some(1), Some(2)]);
+        let values = StringArray::from(vec!["unused-a", "usd", "zar"]);
+        let array: ArrayRef =
+            Arc::new(DictionaryArray::<Int32Type>::try_new(keys, Arc::new(values)).unwrap());
+        let mut metrics = ColumnMetrics::new();
+        metrics.add(&array, &Type::Primitive(PrimitiveType::String));
+        assert_eq!((metrics.values, metrics.nulls), (4, 1));
+        // Bounds over the dictionary: looser than the rows' (an unused entry
+        // widens them), never narrower.
+        assert_eq!(metrics.lower, Some(Datum::string("unused-a")));
+        assert_eq!(metrics.upper, Some(Datum::string("zar")));
+    }
+}
