@@ -24,7 +24,7 @@ use crate::upload::validation::findings::Finding;
 use crate::upload::validation::{FINDINGS_PER_RULE, key_text, named, values_json};
 
 /// Rows per decoded batch.
-const BATCH_ROWS: usize = 65_536;
+const BATCH_ROWS: usize = 8_192;
 
 /// What reading one chunk (or a whole file, merged) proved.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
