@@ -164,7 +164,7 @@ pub struct TokenSettings {
     pub tables: Vec<String>,
     /// `upload`, `download`, `catalog` (the REST catalog's full view of its
     /// tables, for another icestage or any engine that manages them).
-    pub operations: Vec<String>,
+    pub operations: Vec<TokenOperation>,
     /// The catalogs (`[[catalogs]]` names) its tables are in: one service
     /// can front several tenants' catalogs, and a token sees nothing of a
     /// catalog it does not name (404). The first is where its requests go
@@ -228,8 +228,52 @@ impl TokenSettings {
     }
 }
 
-/// What a token may be allowed to do.
-const OPERATIONS: &[&str] = &["upload", "download", "catalog"];
+/// What a token may be allowed to do (`operations = [...]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(try_from = "String")]
+pub enum TokenOperation {
+    /// Open uploads to its tables (`POST /uploads`) and see them.
+    Upload,
+    /// Open downloads of its tables (`POST /downloads`) and see them.
+    Download,
+    /// The REST catalog's full view of its tables.
+    Catalog,
+}
+
+impl TokenOperation {
+    const ALL: [Self; 3] = [Self::Upload, Self::Download, Self::Catalog];
+
+    /// The name a config file and the API's messages use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Upload => "upload",
+            Self::Download => "download",
+            Self::Catalog => "catalog",
+        }
+    }
+}
+
+impl std::fmt::Display for TokenOperation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl TryFrom<String> for TokenOperation {
+    type Error = String;
+
+    fn try_from(name: String) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|o| o.as_str() == name)
+            .ok_or_else(|| {
+                format!(
+                    "'{name}' is not a token operation: operations are {}",
+                    Self::ALL.map(Self::as_str).join(", ")
+                )
+            })
+    }
+}
 
 fn default_run_pipes() -> bool {
     true
@@ -271,19 +315,13 @@ impl ServiceConfig {
 
     /// Parses and checks the TOML text of a service config.
     pub fn from_toml_str(text: &str) -> Result<Self> {
-        let config: Self =
-            toml::from_str(text).map_err(|e| Error::Config(e.message().to_string()))?;
-        for token in &config.service.tokens {
-            for operation in &token.operations {
-                if !OPERATIONS.contains(&operation.as_str()) {
-                    return Err(Error::Config(format!(
-                        "token '{}' has operation '{operation}': operations are {}",
-                        token.name,
-                        OPERATIONS.join(", ")
-                    )));
-                }
-            }
-        }
+        let config: Self = toml::from_str(text).map_err(|e| {
+            // The line the problem is on, where the parser knows it.
+            let line = e
+                .span()
+                .map(|span| format!("line {}: ", text[..span.start].lines().count().max(1)));
+            Error::Config(format!("{}{}", line.unwrap_or_default(), e.message()))
+        })?;
         config.timeout()?;
         config.oauth_lifetime()?;
         config.json_log()?;
@@ -438,7 +476,31 @@ mod tests {
                 .service
                 .tokens
                 .iter()
-                .any(|t| t.token.expose() == token && t.operations == ["catalog"])
+                .any(|t| t.token.expose() == token && t.operations == [TokenOperation::Catalog])
+        );
+    }
+
+    #[test]
+    fn token_operations_are_typed_and_a_wrong_one_is_named_with_its_line() {
+        let config = |operations: &str| {
+            ServiceConfig::from_toml_str(&format!(
+                "warehouse = \"/tmp/w\"\n\n[[service.tokens]]\nname = \"acme\"\ntoken = \"s\"\n\
+                 tables = [\"*\"]\noperations = {operations}\n"
+            ))
+        };
+        let parsed = config(r#"["upload", "catalog"]"#).unwrap();
+        assert_eq!(
+            parsed.service.tokens[0].operations,
+            [TokenOperation::Upload, TokenOperation::Catalog]
+        );
+        let error = config(r#"["upload", "uplaod"]"#)
+            .unwrap_err()
+            .user_message();
+        assert!(
+            error.contains("line 7")
+                && error.contains("'uplaod' is not a token operation")
+                && error.contains("operations are upload, download, catalog"),
+            "{error}"
         );
     }
 
@@ -448,7 +510,7 @@ mod tests {
             name: "t".to_string(),
             token: Secret::new("s".to_string()),
             tables: tables.iter().map(|t| t.to_string()).collect(),
-            operations: vec!["catalog".to_string()],
+            operations: vec![TokenOperation::Catalog],
             catalogs: vec![],
         };
         let some = token(&["payments.transactions", "raw.*"]);

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value as Json_, json};
 
 use super::filter::{DownloadRequest, download_query};
-use super::{ApiError, AppState, Caller, json_of};
+use super::{ApiError, AppState, Caller, TokenOperation, json_of};
 use crate::config::Ttl;
 use crate::credentials::AccessMode;
 use crate::download::DownloadId;
@@ -191,7 +191,7 @@ pub(crate) async fn create_upload(
 ) -> ApiResult {
     let request = body(payload)?;
     let (namespace, name) = table_name(&request.table)?;
-    caller.allow("upload", &request.table)?;
+    caller.allow(TokenOperation::Upload, &request.table)?;
     let mut options = UploadOptions {
         ttl: ttl(request.ttl.as_deref())?,
         owner: Some(caller.0.name.clone()),
@@ -423,7 +423,7 @@ pub(crate) async fn create_download(
 ) -> ApiResult {
     let request = body(payload)?;
     let (namespace, name) = table_name(&request.table)?;
-    caller.allow("download", &request.table)?;
+    caller.allow(TokenOperation::Download, &request.table)?;
     let catalog = caller_catalog(&state, &caller, request.catalog.as_deref())?;
     let query = download_query(&state, catalog.name(), (&namespace, &name), &request).await?;
     let options = DownloadOptions {

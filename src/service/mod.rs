@@ -34,7 +34,9 @@ use hmac::{Hmac, Mac};
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
-pub use self::config::{ServiceConfig, ServiceSettings, TokenSettings, WebhookSettings};
+pub use self::config::{
+    ServiceConfig, ServiceSettings, TokenOperation, TokenSettings, WebhookSettings,
+};
 use crate::catalog::Catalogs;
 use crate::config::format_duration;
 use crate::error::{Error, ErrorKind, Result};
@@ -506,8 +508,12 @@ pub(crate) struct Caller(pub(crate) TokenSettings);
 
 impl Caller {
     /// Checks that the caller may do `operation` on `table`.
-    pub(crate) fn allow(&self, operation: &str, table: &str) -> std::result::Result<(), ApiError> {
-        if !self.0.operations.iter().any(|o| o == operation) {
+    pub(crate) fn allow(
+        &self,
+        operation: TokenOperation,
+        table: &str,
+    ) -> std::result::Result<(), ApiError> {
+        if !self.0.operations.contains(&operation) {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",

@@ -36,8 +36,8 @@ use iceberg_catalog_rest::{
 };
 use serde_json::json;
 
-use super::AppState;
 use super::catalog_view::{self, CatalogView};
+use super::{AppState, TokenOperation};
 use crate::catalog::commit::append::{Refusal, apply_append, check_append};
 use crate::credentials::AccessMode;
 use crate::credentials::sign::{Scope, SignRequest, check, sign_request};
@@ -425,7 +425,7 @@ async fn bearer(state: &AppState, asked: &Presented) -> std::result::Result<Bear
         )));
     };
     slow_down(state, &format!("token '{}'", token.name))?;
-    if !token.operations.iter().any(|o| o == "catalog") {
+    if !token.operations.contains(&TokenOperation::Catalog) {
         return Err(RestError::new(
             StatusCode::FORBIDDEN,
             "ForbiddenException",
