@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use crate::credentials::vend::SessionCredentials;
 use crate::download::create::DownloadOpened;
 use crate::download::status::DownloadStatus;
+use crate::ingest::read::vocabulary;
 use crate::rows::{ResultRow, is_json};
 use crate::upload::abort::UploadAborted;
 use crate::upload::create::UploadOpened;
@@ -37,30 +38,19 @@ fn errors(mut responses: Value) -> Value {
 /// The JSON schema of one column as the API writes it (Arrow's JSON writer:
 /// timestamps as RFC 3339 strings; JSON columns as the objects they hold).
 fn column_schema(field: &datafusion::arrow::datatypes::Field) -> Value {
-    let mut schema = if is_json(field) {
-        json!({"type": "object"})
-    } else {
-        match field.data_type() {
-            DataType::Boolean => json!({"type": "boolean"}),
-            DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32
-            | DataType::UInt64 => json!({"type": "integer"}),
-            DataType::Float16 | DataType::Float32 | DataType::Float64 => {
-                json!({"type": "number"})
-            }
-            DataType::Timestamp(..) | DataType::Date32 | DataType::Date64 => {
-                json!({"type": "string", "format": "date-time"})
-            }
-            DataType::List(item) | DataType::LargeList(item) => {
-                json!({"type": "array", "items": column_schema(item)})
-            }
-            _ => json!({"type": "string"}),
+    let mut schema = match field.data_type() {
+        _ if is_json(field) => json!({"type": "object"}),
+        DataType::List(item) | DataType::LargeList(item) => {
+            json!({"type": "array", "items": column_schema(item)})
         }
+        kind => match vocabulary(kind) {
+            "integer" => json!({"type": "integer"}),
+            "float" => json!({"type": "number"}),
+            "boolean" => json!({"type": "boolean"}),
+            "date" => json!({"type": "string", "format": "date"}),
+            "timestamp" => json!({"type": "string", "format": "date-time"}),
+            _ => json!({"type": "string"}),
+        },
     };
     if field.is_nullable() {
         schema["nullable"] = json!(true);
