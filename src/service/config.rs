@@ -263,15 +263,12 @@ impl TryFrom<String> for TokenOperation {
     type Error = String;
 
     fn try_from(name: String) -> std::result::Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|o| o.as_str() == name)
-            .ok_or_else(|| {
-                format!(
-                    "'{name}' is not a token operation: operations are {}",
-                    Self::ALL.map(Self::as_str).join(", ")
-                )
-            })
+        crate::session::state_named(&Self::ALL, &name).ok_or_else(|| {
+            format!(
+                "'{name}' is not a token operation: operations are {}",
+                Self::ALL.map(Self::as_str).join(", ")
+            )
+        })
     }
 }
 

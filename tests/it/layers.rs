@@ -41,12 +41,45 @@ const LAYERS: &[&str] = &[
     "fuzz",
 ];
 
-/// The `crate::<module>` names in `text`, test modules left out.
-fn crate_names(text: &str) -> BTreeSet<String> {
-    let text = match text.find("#[cfg(test)]\nmod tests") {
+/// `text` up to its test module.
+fn without_tests(text: &str) -> &str {
+    match text.find("#[cfg(test)]\nmod tests") {
         Some(at) => &text[..at],
         None => text,
-    };
+    }
+}
+
+/// The patterns [`named_modules`] reads a file with, compiled once.
+struct Patterns {
+    comment: regex::Regex,
+    /// A folder's face in its `mod.rs`: `mod x;`, `use self::..;`, `use x::..;`.
+    face: regex::Regex,
+    /// `crate::a::{b, c::d}`, which names `a::b` and `a::c::d`.
+    group: regex::Regex,
+    path: regex::Regex,
+}
+
+static PATTERNS: std::sync::LazyLock<Patterns> = std::sync::LazyLock::new(|| {
+    Patterns {
+    comment: regex::Regex::new(r"//[^\n]*").unwrap(),
+    face: regex::Regex::new(
+        r"(?m)^\s*(pub(\([a-z]+\))?\s+)?(mod\s+[a-z_0-9]+\s*;|use\s+self::[^;]*;|use\s+[a-z_0-9]+::[^;]*;)",
+    )
+    .unwrap(),
+    group: regex::Regex::new(
+        r"\b(crate|super|self)((?:::super)*)::((?:[a-z_][a-z0-9_]*::)*)\{([^;{}]*)\}",
+    )
+    .unwrap(),
+    path: regex::Regex::new(
+        r"\b(crate|super|self)((?:::super)*)::([A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*)",
+    )
+    .unwrap(),
+}
+});
+
+/// The `crate::<module>` names in `text`, test modules left out.
+fn crate_names(text: &str) -> BTreeSet<String> {
+    let text = without_tests(text);
     let mut names = BTreeSet::new();
     let mut rest = text;
     while let Some(at) = rest.find("crate::") {
@@ -147,30 +180,16 @@ fn named_modules(
     is_face: bool,
     modules: &BTreeSet<Vec<String>>,
 ) -> BTreeSet<Vec<String>> {
-    let text = match text.find("#[cfg(test)]\nmod tests") {
-        Some(at) => &text[..at],
-        None => text,
-    };
-    let comment = regex::Regex::new(r"//[^\n]*").unwrap();
-    let mut text = comment.replace_all(text, "").into_owned();
+    let patterns = &*PATTERNS;
+    let mut text = patterns
+        .comment
+        .replace_all(without_tests(text), "")
+        .into_owned();
     if is_face {
-        let face = regex::Regex::new(
-            r"(?m)^\s*(pub(\([a-z]+\))?\s+)?(mod\s+[a-z_0-9]+\s*;|use\s+self::[^;]*;|use\s+[a-z_0-9]+::[^;]*;)",
-        )
-        .unwrap();
-        text = face.replace_all(&text, "").into_owned();
+        text = patterns.face.replace_all(&text, "").into_owned();
     }
-    // `crate::a::{b, c::d}` names `a::b` and `a::c::d`.
-    let group = regex::Regex::new(
-        r"\b(crate|super|self)((?:::super)*)::((?:[a-z_][a-z0-9_]*::)*)\{([^;{}]*)\}",
-    )
-    .unwrap();
-    let path = regex::Regex::new(
-        r"\b(crate|super|self)((?:::super)*)::([A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*)",
-    )
-    .unwrap();
     let mut named = vec![];
-    for g in group.captures_iter(&text) {
+    for g in patterns.group.captures_iter(&text) {
         for item in g[4].split(',') {
             let item = item.trim().split(" as ").next().unwrap().trim();
             if !item.is_empty() {
@@ -182,8 +201,8 @@ fn named_modules(
             }
         }
     }
-    let rest = group.replace_all(&text, "");
-    for p in path.captures_iter(&rest) {
+    let rest = patterns.group.replace_all(&text, "");
+    for p in patterns.path.captures_iter(&rest) {
         named.push((p[1].to_string(), p[2].to_string(), p[3].to_string()));
     }
     let mut out = BTreeSet::new();
