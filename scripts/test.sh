@@ -5,7 +5,8 @@
 # .venv (ignored by git) with PyIceberg, the third-party Iceberg client the
 # tests drive, and moto's server, the local AWS emulator; it checks that the
 # PostgreSQL server of the PostgreSQL catalog's tests answers
-# (ICESTAGE_TEST_POSTGRES, default postgres://postgres@127.0.0.1:5432). Then it runs every
+# (ICESTAGE_TEST_POSTGRES, default postgres://postgres@127.0.0.1:5432), and
+# installs curl and jq where missing. Then it runs every
 # Rust test: unit tests, the sqllogictest files under sql/, the shell and
 # PyIceberg integration tests, the Ballista cluster tests (the `cluster`
 # feature) and the doctests; then PyIceberg's own integration suite against
@@ -26,6 +27,20 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 ./scripts/setup-venv.sh
+
+# The manual's shell walk-throughs (tests/it/docs.rs) run curl and jq as a
+# reader does.
+for tool in curl jq; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+            echo "==> installing $tool (Debian package)" >&2
+            apt-get install -y -qq "$tool" >/dev/null
+        else
+            echo "error: $tool is not installed: the manual's walk-throughs use it; install it (apt-get install $tool)" >&2
+            exit 1
+        fi
+    fi
+done
 
 # The PostgreSQL catalog's tests create a fresh database per test on this
 # server (and drop it after); without one they would fail one by one, so

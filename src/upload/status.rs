@@ -64,7 +64,14 @@ impl From<UploadRecord> for UploadStatus {
             rows: record.rows,
             files: record.files,
             snapshot_id: record.snapshot_id,
-            findings: record.findings,
+            // A promotion proves its upload has none. The log that outlives
+            // the staging table keeps no count, so a promoted upload said 0
+            // and then, once its staging table was dropped, nothing.
+            findings: record.findings.or(matches!(
+                record.state,
+                UploadState::Promoted | UploadState::Published
+            )
+            .then_some(0)),
             message: record.message,
             owner: record.owner,
         }
