@@ -43,11 +43,13 @@ print(con.execute(f"SELECT count(*) FROM read_parquet('{out}')").fetchone()[0])
 ROWS = {1: 6_001_215, 0.1: 600_572, 0.01: 60_175}
 
 
-def generate(root, sf):
-    """lineitem in 8 CSV files and 8 zstd Parquet files; the folders."""
+def generate(root, sf, formats=("csv", "parquet")):
+    """lineitem in 8 files of each format (CSV, zstd Parquet); the folders."""
     tpchgen = os.path.join(os.path.dirname(sys.executable), "tpchgen-cli")
     folders = {}
     for fmt, extra in (("csv", []), ("parquet", ["--compression=ZSTD(1)"])):
+        if fmt not in formats:
+            continue
         out = os.path.join(root, fmt)
         subprocess.run([tpchgen, fmt, "-s", str(sf), "--tables=lineitem", "--parts=8",
                         f"--output-dir={out}", *extra], check=True, stdout=subprocess.DEVNULL)

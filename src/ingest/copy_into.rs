@@ -734,7 +734,7 @@ pub(crate) async fn copy_files(
     )
     .await
     {
-        Ok((snapshot_id, _)) => snapshot_id,
+        Ok(landed) => landed.snapshot_id,
         Err(Error::Iceberg(e)) if e.message().starts_with(LOADED_MEANWHILE) => {
             return Err(Error::Conflict(format!(
                 "another COPY INTO of {name} loaded some of the same files while this one ran ({}); \

@@ -1552,7 +1552,7 @@ operations = ["catalog"]
         let ident = iceberg::TableIdent::from_strs(["sandbox", "t"]).unwrap();
         let table = catalog.catalog().load_table(&ident).await.unwrap();
         let evidence = crate::catalog::commit::Evidence::new("test", "branch");
-        let (head, _) = crate::catalog::commit::branch::append_to_branch_once(
+        let head = crate::catalog::commit::branch::append_to_branch_once(
             &catalog,
             &table,
             &evidence,
@@ -1560,7 +1560,8 @@ operations = ["catalog"]
             &[],
         )
         .await
-        .unwrap();
+        .unwrap()
+        .snapshot_id;
 
         let branches = crate::catalog::commit::branch::PROP_AUDIT_BRANCHES;
         for update in [

@@ -29,6 +29,7 @@ use iceberg::table::Table;
 use super::Staging;
 use super::validation::enforce::ident;
 use crate::catalog::bridge::writer::write_rows;
+use crate::catalog::commit::Landed;
 use crate::catalog::commit::replace::{Live, Plan, Replaced, Version, overwrite_once, records};
 use crate::catalog::snapshot::summary_property;
 use crate::cluster::RecipeTable;
@@ -196,7 +197,7 @@ pub(crate) async fn commit(
     mode: &PromoteMode,
     key: Option<&[String]>,
     files: Vec<DataFile>,
-) -> Result<(i64, bool, Changes)> {
+) -> Result<(Landed, Changes)> {
     let changes = Arc::new(Mutex::new(Changes::default()));
     let upserting = match (mode, key) {
         (PromoteMode::Upsert { .. }, Some(key)) => Some(Upserting::new(target, key, &files)?),
@@ -222,7 +223,7 @@ pub(crate) async fn commit(
             },
         )
     };
-    let (snapshot_id, committed_here) = overwrite_once(
+    let landed = overwrite_once(
         &staging.catalog,
         target,
         &staging.evidence(),
@@ -232,7 +233,7 @@ pub(crate) async fn commit(
     )
     .await?;
     let changes = *changes.lock().expect("changes");
-    Ok((snapshot_id, committed_here, changes))
+    Ok((landed, changes))
 }
 
 /// What `mode` would do to `target` as it is now, committing nothing

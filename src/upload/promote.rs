@@ -37,7 +37,7 @@ use super::{
 };
 use crate::catalog::Catalogs;
 use crate::catalog::Removal;
-use crate::catalog::commit::{append_once, summary_count};
+use crate::catalog::commit::{Landed, append_once, summary_count};
 use crate::catalog::confine::delete_within;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -458,34 +458,33 @@ async fn promote_claimed(
     };
     let files = data_files.len() as i64;
     let forged = staging.evidence().forged_in(target);
-    let (snapshot_id, committed_here, changes) = match (&options.mode, &options.to_branch) {
+    let appended = Changes {
+        inserted: rows,
+        ..Changes::default()
+    };
+    let (landed, changes) = match (&options.mode, &options.to_branch) {
         (PromoteMode::Append, Some(branch)) => {
-            let (snapshot_id, committed_here) =
-                crate::catalog::commit::branch::append_to_branch_once(
-                    &staging.catalog,
-                    target,
-                    &staging.evidence(),
-                    branch,
-                    &data_files,
-                )
-                .await?;
-            let changes = Changes {
-                inserted: rows,
-                ..Changes::default()
-            };
-            (snapshot_id, committed_here, changes)
+            let landed = crate::catalog::commit::branch::append_to_branch_once(
+                &staging.catalog,
+                target,
+                &staging.evidence(),
+                branch,
+                &data_files,
+            )
+            .await?;
+            (landed, appended)
         }
         (PromoteMode::Append, None) => {
-            let (snapshot_id, committed_here) =
+            let landed =
                 append_once(&staging.catalog, target, data_files, staging.evidence()).await?;
-            let changes = Changes {
-                inserted: rows,
-                ..Changes::default()
-            };
-            (snapshot_id, committed_here, changes)
+            (landed, appended)
         }
         (mode, _) => super::modes::commit(staging, target, mode, key, data_files).await?,
     };
+    let Landed {
+        snapshot_id,
+        committed_here,
+    } = landed;
     failpoint("promote.after-commit");
     if options.tag {
         tag(staging, snapshot_id).await?;

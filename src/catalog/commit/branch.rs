@@ -17,9 +17,9 @@ use iceberg::spec::{DataFile, MAIN_BRANCH, ManifestContentType, Operation, Snaps
 use iceberg::table::Table;
 
 use crate::catalog::IcebergCatalog;
-use crate::catalog::commit::Evidence;
 use crate::catalog::commit::append::{Refusal, apply_append};
 use crate::catalog::commit::replace::{Version, commit_written, write_replacement};
+use crate::catalog::commit::{Evidence, Landed};
 use crate::catalog::snapshot::{add_as_head, new_snapshot_id, retry_pause};
 use crate::error::{Error, Result};
 
@@ -127,16 +127,16 @@ pub(crate) fn client_touches(table: &Table, updates: &[TableUpdate]) -> Option<S
 
 /// Appends `files` to branch `branch` of `table` in one snapshot carrying
 /// `evidence`, exactly once: a version of the table that holds the evidence
-/// on any snapshot answers (that snapshot, `false`). A branch that does not
-/// exist yet starts at `main`'s head and is listed as an audit branch in
-/// the same commit. Returns the snapshot and whether this call committed it.
+/// on any snapshot answers (that snapshot, committed before). A branch that
+/// does not exist yet starts at `main`'s head and is listed as an audit
+/// branch in the same commit.
 pub(crate) async fn append_to_branch_once(
     catalog: &IcebergCatalog,
     table: &Table,
     evidence: &Evidence,
     branch: &str,
     files: &[DataFile],
-) -> Result<(i64, bool)> {
+) -> Result<Landed> {
     let assigned = catalog.assigned_location(table).await?;
     let name = table.identifier().to_string();
     let mut base = table.clone();
@@ -145,7 +145,7 @@ pub(crate) async fn append_to_branch_once(
             base = catalog.catalog().load_table(table.identifier()).await?;
         }
         if let Some(snapshot_id) = evidence.found_in(&base) {
-            return Ok((snapshot_id, false));
+            return Ok(Landed::before(snapshot_id));
         }
         check_branch(&base, branch)?;
         crate::catalog::commit::replace::check_format(&base, "a promotion to a branch")?;
@@ -175,7 +175,7 @@ pub(crate) async fn append_to_branch_once(
             });
         }
         match commit_written(catalog, &base, updates, &written, &assigned).await? {
-            Ok(_) => return Ok((snapshot_id, true)),
+            Ok(_) => return Ok(Landed::here(snapshot_id)),
             Err(Refusal::Invalid(reason)) => return Err(Error::invalid(reason)),
             Err(Refusal::Conflict(_)) => retry_pause().await,
         }
@@ -343,15 +343,16 @@ mod tests {
         let files = crate::catalog::test_files(&table, vec![1, 2]).await;
         let first = Evidence::new("test-branch", "a");
 
-        let (a, committed) = append_to_branch_once(&catalog, &table, &first, "audit", &files)
+        let landed = append_to_branch_once(&catalog, &table, &first, "audit", &files)
             .await
             .unwrap();
-        assert!(committed);
+        assert!(landed.committed_here);
+        let a = landed.snapshot_id;
         // Again, from the stale table: the evidence answers.
         let again = append_to_branch_once(&catalog, &table, &first, "audit", &files)
             .await
             .unwrap();
-        assert_eq!(again, (a, false));
+        assert_eq!(again, Landed::before(a));
         let now = load().await;
         assert_eq!(now.metadata().current_snapshot(), None, "main is untouched");
         assert_eq!(audit_branches(&now), ["audit"]);
@@ -385,9 +386,10 @@ mod tests {
         // gained an append since): its files are re-applied on top.
         let second = Evidence::new("test-branch", "b");
         let more = crate::catalog::test_files(&table, vec![3]).await;
-        let (b, _) = append_to_branch_once(&catalog, &load().await, &second, "audit", &more)
+        let b = append_to_branch_once(&catalog, &load().await, &second, "audit", &more)
             .await
-            .unwrap();
+            .unwrap()
+            .snapshot_id;
         let other = crate::catalog::test_files(&table, vec![4]).await;
         crate::catalog::commit::append_files(&catalog, &load().await, other)
             .await

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedMutexGuard, oneshot};
 
-use crate::catalog::commit::{APPENDS_PER_COMMIT, OnceAppend};
+use crate::catalog::commit::{APPENDS_PER_COMMIT, Landed, OnceAppend};
 use crate::rows::Value;
 
 /// Most members whose log rows one append carries.
@@ -31,7 +31,7 @@ const ROW_APPENDS_PER_COMMIT: usize = 256;
 pub(crate) struct Local {
     pub(crate) turns: Turns,
     /// Exactly-once appends waiting for a table ([`crate::catalog::commit::append_once`]).
-    pub(crate) once_appends: Groups<OnceAppend, (i64, bool)>,
+    pub(crate) once_appends: Groups<OnceAppend, Landed>,
     /// Rows waiting for one of icestage's own tables ([`crate::catalog::bridge::insert::append_rows`]).
     pub(crate) row_appends: Groups<Vec<Vec<Value>>, ()>,
 }

@@ -439,6 +439,33 @@ pub(crate) struct OnceAppend {
     evidence: Evidence,
 }
 
+/// Where an exactly-once commit's changes are: the snapshot that holds them,
+/// and whether this call committed it (`false`: an earlier call, or another
+/// process, had).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Landed {
+    pub(crate) snapshot_id: i64,
+    pub(crate) committed_here: bool,
+}
+
+impl Landed {
+    /// Committed by this call.
+    pub(crate) fn here(snapshot_id: i64) -> Self {
+        Self {
+            snapshot_id,
+            committed_here: true,
+        }
+    }
+
+    /// Found already committed.
+    pub(crate) fn before(snapshot_id: i64) -> Self {
+        Self {
+            snapshot_id,
+            committed_here: false,
+        }
+    }
+}
+
 /// Most exactly-once appends one commit carries ([`append_once`]): bounds
 /// the size of one metadata update.
 pub(crate) const APPENDS_PER_COMMIT: usize = 64;
@@ -456,7 +483,7 @@ pub(crate) async fn append_once(
     table: &Table,
     files: Vec<DataFile>,
     evidence: Evidence,
-) -> Result<(i64, bool)> {
+) -> Result<Landed> {
     let append = OnceAppend { files, evidence };
     // Boxed, as below: a grouped commit nests deep, and callers nest it
     // in their own futures (an embedder's too).
@@ -506,7 +533,7 @@ pub(crate) async fn append_once_guarded(
     evidence: Evidence,
     guard: Option<LoadCheck>,
     schema: Option<Schema>,
-) -> Result<(i64, bool)> {
+) -> Result<Landed> {
     let append = OnceAppend { files, evidence };
     let mut answers = commit_once(catalog, table, &[append], guard, schema).await?;
     Ok(answers.remove(0))
@@ -526,12 +553,12 @@ async fn commit_once(
     appends: &[OnceAppend],
     guard: Option<LoadCheck>,
     schema: Option<Schema>,
-) -> Result<Vec<(i64, bool)>> {
+) -> Result<Vec<Landed>> {
     let from_schema = table.metadata().current_schema_id();
     // Commits of this process to one table take turns; other processes are
     // met by retries.
     let _turn = catalog.exclusive(&table.identifier().to_string()).await;
-    let mut answers: Vec<Option<(i64, bool)>> = vec![None; appends.len()];
+    let mut answers: Vec<Option<Landed>> = vec![None; appends.len()];
     let mut base = table.clone();
     let mut attempt = 0u32;
     loop {
@@ -575,7 +602,10 @@ async fn commit_once(
                     &result,
                     Ok(committed) if append.evidence.found_in(committed) == Some(snapshot_id)
                 );
-                *answer = Some((snapshot_id, committed_here));
+                *answer = Some(Landed {
+                    snapshot_id,
+                    committed_here,
+                });
                 found = true;
             }
         }
@@ -716,17 +746,15 @@ mod tests {
     async fn an_append_with_evidence_commits_once() {
         let dir = tempfile::tempdir().unwrap();
         let (catalog, table) = embedded(dir.path()).await;
-        let (first, committed) =
-            append_once(&catalog, &table, vec![], Evidence::new("upload-id", "u1"))
-                .await
-                .unwrap();
-        assert!(committed);
+        let first = append_once(&catalog, &table, vec![], Evidence::new("upload-id", "u1"))
+            .await
+            .unwrap();
+        assert!(first.committed_here);
         // Again with the stale table: the evidence is found, nothing is added.
-        let (again, committed) =
-            append_once(&catalog, &table, vec![], Evidence::new("upload-id", "u1"))
-                .await
-                .unwrap();
-        assert_eq!((again, committed), (first, false));
+        let again = append_once(&catalog, &table, vec![], Evidence::new("upload-id", "u1"))
+            .await
+            .unwrap();
+        assert_eq!(again, Landed::before(first.snapshot_id));
         let now = catalog
             .catalog()
             .load_table(table.identifier())
@@ -740,9 +768,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (catalog, table) = embedded(dir.path()).await;
         let ident = table.identifier();
-        let (earlier, _) = append_once(&catalog, &table, vec![], Evidence::new("upload-id", "u1"))
+        let earlier = append_once(&catalog, &table, vec![], Evidence::new("upload-id", "u1"))
             .await
-            .unwrap();
+            .unwrap()
+            .snapshot_id;
         let before = catalog.catalog().load_table(ident).await.unwrap();
 
         // Four appends queue while the table's group is busy; one of them
@@ -757,15 +786,19 @@ mod tests {
             .iter()
             .map(|id| append_once(&catalog, &table, vec![], Evidence::new("upload-id", id)));
         let (answers, ()) = tokio::join!(futures::future::join_all(appends), async { drop(busy) });
-        let answers: Vec<(i64, bool)> = answers.into_iter().map(Result::unwrap).collect();
+        let answers: Vec<Landed> = answers.into_iter().map(Result::unwrap).collect();
 
         let after = catalog.catalog().load_table(ident).await.unwrap();
-        assert_eq!(answers[0], (earlier, false), "u1 is not appended again");
-        for (id, (snapshot_id, committed)) in ids.iter().zip(&answers).skip(1) {
-            assert!(committed, "{id}");
+        assert_eq!(
+            answers[0],
+            Landed::before(earlier),
+            "u1 is not appended again"
+        );
+        for (id, landed) in ids.iter().zip(&answers).skip(1) {
+            assert!(landed.committed_here, "{id}");
             assert_eq!(
                 Evidence::new("upload-id", id).found_in(&after),
-                Some(*snapshot_id)
+                Some(landed.snapshot_id)
             );
         }
         // One snapshot per upload, the three new ones in one new version.

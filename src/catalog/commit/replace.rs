@@ -26,8 +26,8 @@ use iceberg::spec::{
 use iceberg::table::Table;
 
 use crate::catalog::IcebergCatalog;
-use crate::catalog::commit::Evidence;
 use crate::catalog::commit::append::{Refusal, apply_append};
+use crate::catalog::commit::{Evidence, Landed};
 use crate::catalog::confine::delete_within;
 use crate::catalog::snapshot::{add_as_head, new_snapshot_id, retry_pause};
 use crate::error::{Error, Result};
@@ -445,7 +445,7 @@ pub(crate) async fn overwrite_once(
     tag: &str,
     properties: HashMap<String, String>,
     mut plan: Plan<'_>,
-) -> Result<(i64, bool)> {
+) -> Result<Landed> {
     let assigned = catalog.assigned_location(table).await?;
     // Files a plan wrote for some version (a rewritten file's other rows):
     // those the committed version does not add are deleted at the end.
@@ -461,17 +461,17 @@ pub(crate) async fn overwrite_once(
     )
     .await;
     let kept: HashSet<String> = match &outcome {
-        Ok((_, _, added)) => added.clone(),
+        Ok((_, added)) => added.clone(),
         Err(_) => HashSet::new(),
     };
     for path in scratch.difference(&kept) {
         delete_within(table.file_io(), path, &assigned).await;
     }
-    outcome.map(|(snapshot_id, committed_here, _)| (snapshot_id, committed_here))
+    outcome.map(|(landed, _)| landed)
 }
 
-/// The attempts of [`overwrite_once`]: the snapshot, whether this call
-/// committed it, and the paths it added.
+/// The attempts of [`overwrite_once`]: where its changes landed, and the
+/// paths it added.
 async fn attempts(
     catalog: &IcebergCatalog,
     table: &Table,
@@ -480,7 +480,7 @@ async fn attempts(
     plan: &mut Plan<'_>,
     assigned: &str,
     scratch: &mut HashSet<String>,
-) -> Result<(i64, bool, HashSet<String>)> {
+) -> Result<(Landed, HashSet<String>)> {
     let name = table.identifier().to_string();
     let mut base = table.clone();
     for attempt in 0..OVERWRITE_ATTEMPTS {
@@ -489,7 +489,7 @@ async fn attempts(
         }
         let base = &base;
         if let Some(snapshot_id) = evidence.found_in(base) {
-            return Ok((snapshot_id, false, HashSet::new()));
+            return Ok((Landed::before(snapshot_id), HashSet::new()));
         }
         check_format(base, "this promotion mode")?;
         let version = Version::read(base, assigned, "this promotion mode").await?;
@@ -530,7 +530,7 @@ async fn attempts(
                     .iter()
                     .map(|f| f.file_path().to_string())
                     .collect();
-                return Ok((snapshot_id, true, added));
+                return Ok((Landed::here(snapshot_id), added));
             }
             Err(Refusal::Invalid(reason)) => return Err(Error::invalid(reason)),
             Err(Refusal::Conflict(_)) => retry_pause().await,
@@ -595,7 +595,7 @@ mod tests {
                 },
             )
         };
-        let (snapshot_id, committed_here) = overwrite_once(
+        let landed = overwrite_once(
             &catalog,
             &table,
             &evidence,
@@ -605,7 +605,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert!(committed_here);
+        assert!(landed.committed_here);
         assert_eq!(
             plans.load(Ordering::SeqCst),
             2,
@@ -639,7 +639,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(again, (snapshot_id, false));
+        assert_eq!(again, Landed::before(landed.snapshot_id));
         assert_eq!(plans.load(Ordering::SeqCst), 2, "no plan once committed");
     }
 }
