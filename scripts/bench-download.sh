@@ -6,8 +6,5 @@
 # Usage: scripts/bench-download.sh [--rows N] [--repeat N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/cargo-env.sh
-./scripts/setup-venv.sh
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r benches/requirements.txt
-cargo build --release --locked --bin icestage
+. scripts/bench-baselines.sh
 .venv/bin/python benches/compare_download.py --icestage "$CARGO_TARGET_DIR/release/icestage" "$@"

@@ -5,8 +5,5 @@
 # times, peak memory and ratios. Extra arguments go to the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/cargo-env.sh
-./scripts/setup-venv.sh
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r benches/requirements.txt
-cargo build --release --locked --bin icestage
+. scripts/bench-baselines.sh
 .venv/bin/python benches/compare_ingest.py --icestage "$CARGO_TARGET_DIR/release/icestage" "$@"
