@@ -166,12 +166,6 @@ const RUN_BY: &[(&str, &str, &str)] = &[
 /// language, how many, and why.
 const NOT_RUN: &[(&str, &str, usize, &str)] = &[
     (
-        "README.md",
-        "sh",
-        1,
-        "the test command is this suite; shell:: runs the first command's script",
-    ),
-    (
         "guide/getting-started.md",
         "sh",
         1,
