@@ -20,7 +20,6 @@ It prints seconds, rows per second and peak RSS of each and the ratio
 scripts/bench-bulk.sh installs what it needs, builds icestage and runs this.
 """
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ import sys
 import tempfile
 
 from compare_ingest import best, parquet_mib
+from compare_promote import options
 
 DUCKDB = r"""
 import sys, duckdb
@@ -41,6 +41,12 @@ print(con.execute(f"SELECT count(*) FROM read_parquet('{out}')").fetchone()[0])
 
 # `lineitem`'s row count at a scale factor (TPC-H's generator is exact).
 ROWS = {1: 6_001_215, 0.1: 600_572, 0.01: 60_175}
+
+
+def scale_factor(text):
+    """A TPC-H scale factor as the generator names it: 1, not 1.0."""
+    value = float(text)
+    return int(value) if value == int(value) else value
 
 
 def generate(root, sf, formats=("csv", "parquet")):
@@ -58,14 +64,12 @@ def generate(root, sf, formats=("csv", "parquet")):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--icestage", required=True, help="path to the icestage binary (release build)")
-    parser.add_argument("--sf", type=float, default=1)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser = options(__doc__, 2)
+    parser.add_argument("--sf", type=scale_factor, default=1)
     args = parser.parse_args()
     import duckdb
 
-    sf = int(args.sf) if args.sf == int(args.sf) else args.sf
+    sf = args.sf
     rows = ROWS.get(sf)
     if rows is None:
         sys.exit(f"--sf {sf}: the row count is known for {sorted(ROWS)} only")

@@ -19,7 +19,6 @@ time: above 1, icestage is faster). The best of --repeat runs counts.
 scripts/bench-download.sh installs what it needs, builds icestage and runs this.
 """
 
-import argparse
 import glob
 import os
 import shutil
@@ -28,7 +27,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_ingest import parquet_mib  # noqa: E402
-from compare_promote import icestage, measured  # noqa: E402
+from compare_promote import icestage, measured, options  # noqa: E402
 
 DUCKDB = r"""
 import sys, duckdb
@@ -59,10 +58,8 @@ def table(binary, warehouse, rows):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--icestage", required=True, help="path to the icestage binary (release build)")
+    parser = options(__doc__, 2)
     parser.add_argument("--rows", type=int, default=20_000_000)
-    parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
     import duckdb
 

@@ -25,7 +25,6 @@ CSV load of an earlier build against this one: both in the same run.
 scripts/bench-ingest.sh installs DuckDB into .venv, builds icestage and runs this.
 """
 
-import argparse
 import gzip
 import os
 import shutil
@@ -38,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from compare_promote import measured
+from compare_promote import measured, options
 
 FILES = 8
 
@@ -103,10 +102,8 @@ def best(command, repeat, expect_rows, fresh):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--icestage", required=True, help="path to the icestage binary (release build)")
+    parser = options(__doc__, 3)
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", help="an earlier icestage build to compare the plain CSV load with")
     args = parser.parse_args()
     import duckdb

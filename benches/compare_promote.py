@@ -81,6 +81,15 @@ with open(report, "w") as f:
 """
 
 
+def options(doc, repeat, repeat_help=None):
+    """The options every comparison takes: the icestage binary and how many
+    runs of each side; a script adds its own."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--icestage", required=True, help="path to the icestage binary (release build)")
+    parser.add_argument("--repeat", type=int, default=repeat, help=repeat_help)
+    return parser
+
+
 def measured(command):
     """Runs `command`; returns (seconds, peak RSS in MiB, stdout)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
@@ -183,11 +192,8 @@ def one_size(binary, rows, repeat):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--icestage", required=True, help="path to the icestage binary (release build)")
+    parser = options(__doc__, 3, "promotions of each side per size; the median is shown")
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 5_000_000, 10_000_000])
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="promotions of each side per size; the median is shown")
     args = parser.parse_args()
     load = os.getloadavg()
     print(f"# machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start")

@@ -24,15 +24,14 @@ and the ratio. The median of --repeat runs counts.
 scripts/bench-verify.sh installs what it needs, builds icestage and runs this.
 """
 
-import argparse
 import json
 import os
 import statistics
 import sys
 import tempfile
 
-from compare_bulk import generate
-from compare_promote import icestage, measured
+from compare_bulk import generate, scale_factor
+from compare_promote import icestage, measured, options
 
 DUCKDB = r"""
 import sys, duckdb
@@ -57,14 +56,12 @@ def staged_files(warehouse, upload_id):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--icestage", required=True, help="path to the icestage binary (release build)")
-    parser.add_argument("--sf", type=float, default=6)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = options(__doc__, 3)
+    parser.add_argument("--sf", type=scale_factor, default=6)
     args = parser.parse_args()
     import duckdb
 
-    sf = int(args.sf) if args.sf == int(args.sf) else args.sf
+    sf = args.sf
     with tempfile.TemporaryDirectory() as root:
         folder = generate(root, sf, formats=("parquet",))["parquet"]
         warehouse = os.path.join(root, "warehouse")

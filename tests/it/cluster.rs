@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::prelude::SessionContext;
 
-use crate::common::{Warehouse, create_upload, run, scalar, value};
+use crate::common::{Warehouse, create_upload, free_port, run, scalar, value};
 
 /// A partitioned target with a UNIQUE and a CHECK rule, in many data files.
 async fn target(ctx: &SessionContext) {
@@ -342,14 +342,6 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A new file holding a cluster secret `text`.

@@ -234,6 +234,15 @@ pub fn stdout_of_success(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// A port on 127.0.0.1 that nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Every file below `dir`, at any depth.
 pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut files = vec![];

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::common::{files_under, repo, shell_csv, stdout_of_success};
+use crate::common::{files_under, free_port, repo, shell_csv, stdout_of_success};
 
 /// The Markdown files of the manual: the README, the book, the benchmarks.
 fn pages() -> Vec<PathBuf> {
@@ -339,12 +339,7 @@ fn the_reference_lists_every_setting_and_table_function() {
 
 #[test]
 fn the_readme_sql_runs_as_written() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let sql: Vec<String> = blocks(&readme)
-        .into_iter()
-        .filter(|(_, language, _)| language == "sql")
-        .map(|(_, _, body)| body)
-        .collect();
+    let sql = page_blocks("README.md", "sql");
     assert!(!sql.is_empty());
     for body in sql {
         let dir = tempfile::tempdir().unwrap();
@@ -358,18 +353,6 @@ fn the_readme_sql_runs_as_written() {
         let printed = stdout_of_success(&output);
         assert!(printed.contains("promoted"), "{printed}");
     }
-}
-
-/// The runnable SQL of `page` (a path under `docs/src`): its `sql` blocks,
-/// those fenced `sql no-run` (a shape with `(...)` placeholders, or SQL
-/// for another engine) left out.
-fn runnable_sql(page: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(repo().join("docs/src").join(page)).unwrap();
-    blocks(&text)
-        .into_iter()
-        .filter(|(_, language, _)| language == "sql")
-        .map(|(_, _, body)| body)
-        .collect()
 }
 
 /// Files for the prefix and pipe pages' examples on moto's S3, where they
@@ -428,7 +411,7 @@ fn the_book_sql_runs_as_written() {
     ];
     let mut ran = 0;
     for page in pages {
-        for (n, body) in runnable_sql(page).into_iter().enumerate() {
+        for (n, body) in page_blocks(page, "sql").into_iter().enumerate() {
             let script = dir.path().join(format!("block-{ran}.sql"));
             std::fs::write(&script, &body).unwrap();
             let output = shell_csv("--warehouse", &warehouse)
@@ -469,7 +452,8 @@ fn the_book_sql_runs_as_written() {
 }
 
 /// The blocks of `page` (a path under `docs/src`, or `README.md`) in
-/// `language`, `no-run` ones left out.
+/// `language`: those fenced `<language> no-run` (a shape with `(...)`
+/// placeholders, or what cannot run here) are left out.
 fn page_blocks(page: &str, language: &str) -> Vec<String> {
     let path = match page {
         "README.md" => repo().join(page),
@@ -501,13 +485,7 @@ impl ShellExample {
         let dir = tempfile::tempdir().unwrap();
         let ports = ports
             .iter()
-            .map(|port| {
-                let free = std::net::TcpListener::bind("127.0.0.1:0")
-                    .and_then(|l| l.local_addr())
-                    .unwrap()
-                    .port();
-                (port.to_string(), free.to_string())
-            })
+            .map(|port| (port.to_string(), free_port().to_string()))
             .collect();
         let example = Self { dir, ports };
         let examples = example.dir.path().join("sql/examples");
@@ -725,7 +703,7 @@ fn the_copy_into_page_commands_run_as_written() {
     let example = ShellExample::new(&[]).with_port(5000, port);
     std::fs::write(
         example.dir.path().join("copy.sql"),
-        runnable_sql("guide/copy-into.md").concat(),
+        page_blocks("guide/copy-into.md", "sql").concat(),
     )
     .unwrap();
     example.run(&sh[0]);
