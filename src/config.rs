@@ -286,6 +286,80 @@ pub(crate) fn sqlite_path(uri: &str) -> Option<PathBuf> {
     (!rest.is_empty()).then(|| PathBuf::from(rest))
 }
 
+/// One option of a statement's `WITH (...)`: its key, its default and
+/// what it does, as the options reference shows them.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "the default and the text are the reference page's"
+    )
+)]
+pub(crate) struct OptionDoc {
+    pub(crate) key: &'static str,
+    pub(crate) default: &'static str,
+    pub(crate) doc: &'static str,
+}
+
+/// The options of a statement's `WITH (...)`, parsed by their own type.
+/// The keys it takes, their defaults and what each does are declared once,
+/// in [`WithOptions::OPTIONS`]: the parser refuses any other key with that
+/// list, and the options reference page is checked against it.
+pub(crate) trait WithOptions: Sized {
+    /// The statement, as messages name it (`CREATE UPLOAD`).
+    const STATEMENT: &'static str;
+    /// Every option it takes.
+    const OPTIONS: &'static [OptionDoc];
+
+    /// The options `pairs` give over the defaults; every key is one of
+    /// [`WithOptions::OPTIONS`]. A bad value is refused by its key.
+    fn parse(pairs: &[(String, String)]) -> Result<Self>;
+
+    /// `WITH (...)` as written: an unknown key is refused naming the keys
+    /// the statement takes, then the values are parsed.
+    fn from_with(pairs: &[(String, String)]) -> Result<Self> {
+        let keys: Vec<&str> = Self::OPTIONS.iter().map(|o| o.key).collect();
+        check_options(Self::STATEMENT, pairs, &keys)?;
+        Self::parse(pairs)
+    }
+}
+
+/// The value of option `key` in `pairs`, if given.
+pub(crate) fn option<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Boolean option `key` of `pairs`: false when not given.
+pub(crate) fn flag_option(pairs: &[(String, String)], key: &str) -> Result<bool> {
+    option(pairs, key).map_or(Ok(false), |value| parse_bool(key, value))
+}
+
+/// Refuses a key of `options` outside `accepted`, naming the ones
+/// `statement` takes.
+pub(crate) fn check_options(
+    statement: &str,
+    options: &[(String, String)],
+    accepted: &[&str],
+) -> Result<()> {
+    for (key, _) in options {
+        if !accepted.contains(&key.as_str()) {
+            let valid = if accepted.is_empty() {
+                "it takes no options".to_string()
+            } else {
+                format!("valid options are {}", accepted.join(", "))
+            };
+            return Err(Error::invalid(format!(
+                "{statement} has no option '{key}': {valid}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `true`/`false` (and `on`/`off`, `1`/`0`) for option `name`.
 pub(crate) fn parse_bool(name: &str, value: &str) -> Result<bool> {
     match value.to_ascii_lowercase().as_str() {

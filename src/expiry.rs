@@ -3,13 +3,18 @@
 //! promotions that committed but did not clean up, and completes discards
 //! that were interrupted.
 
+use std::fmt;
+
 use chrono::Utc;
 
+use crate::catalog::TableName;
+use crate::config::{OptionDoc, WithOptions, option, parse_duration};
 use crate::error::Result;
 use crate::rows::result_row;
 use crate::session::CommandContext;
+use crate::session::operation::Operation;
 use crate::upload::abort::discard;
-use crate::upload::promote::promote;
+use crate::upload::promote::PromoteUpload;
 use crate::upload::validation::load_target;
 use crate::upload::{UploadState, list_staging, promoted_snapshot};
 
@@ -22,7 +27,54 @@ result_row! {
     }
 }
 
-pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<StagingExpired> {
+/// `EXPIRE STAGING`.
+#[derive(Debug)]
+pub(crate) struct ExpireStaging;
+
+impl Operation for ExpireStaging {
+    const NAME: &'static str = "ExpireStaging";
+    type Outcome = StagingExpired;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<StagingExpired> {
+        expire_staging(ctx).await
+    }
+}
+
+impl fmt::Display for ExpireStaging {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Ok(())
+    }
+}
+
+/// `EXPIRE SNAPSHOTS <table> [WITH (...)]`.
+#[derive(Debug)]
+pub(crate) struct ExpireSnapshots {
+    pub(crate) table: TableName,
+    pub(crate) options: ExpireOptions,
+}
+
+impl Operation for ExpireSnapshots {
+    const NAME: &'static str = "ExpireSnapshots";
+    type Outcome = SnapshotsExpired;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<SnapshotsExpired> {
+        expire_snapshots(ctx, &self.table, &self.options).await
+    }
+}
+
+impl fmt::Display for ExpireSnapshots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, older_than={}, retain_last={}",
+            self.table,
+            crate::config::format_duration(self.options.older_than),
+            self.options.retain_last
+        )
+    }
+}
+
+async fn expire_staging(ctx: &CommandContext) -> Result<StagingExpired> {
     let now = Utc::now();
     let mut removed = 0i64;
     for catalog in ctx.icestage.catalogs() {
@@ -32,7 +84,12 @@ pub(crate) async fn expire_staging(ctx: &CommandContext) -> Result<StagingExpire
                 Err(_) => false,
             };
             if promoted {
-                promote(&ctx.icestage, &staging.id, Default::default()).await?;
+                let finish = PromoteUpload {
+                    id: staging.id.clone(),
+                    options: Default::default(),
+                    plan: vec![],
+                };
+                finish.run(ctx).await?;
                 removed += 1;
                 continue;
             }
@@ -110,6 +167,41 @@ impl Default for ExpireOptions {
     }
 }
 
+impl WithOptions for ExpireOptions {
+    const STATEMENT: &'static str = "EXPIRE SNAPSHOTS";
+    const OPTIONS: &'static [OptionDoc] = &[
+        OptionDoc {
+            key: "older_than",
+            default: "`'5d'`",
+            doc: "snapshots older than this go",
+        },
+        OptionDoc {
+            key: "retain_last",
+            default: "1",
+            doc: "the newest snapshots kept whatever their age (1 to 1,000,000)",
+        },
+    ];
+
+    fn parse(pairs: &[(String, String)]) -> Result<Self> {
+        let mut expire = Self::default();
+        if let Some(value) = option(pairs, "older_than") {
+            expire.older_than = parse_duration(value)?;
+        }
+        if let Some(value) = option(pairs, "retain_last") {
+            expire.retain_last = value
+                .parse()
+                .ok()
+                .filter(|n: &usize| (1..=1_000_000).contains(n))
+                .ok_or_else(|| {
+                    crate::error::Error::invalid(format!(
+                        "retain_last = '{value}' is not a count of snapshots: give a whole number from 1"
+                    ))
+                })?;
+        }
+        Ok(expire)
+    }
+}
+
 /// `EXPIRE SNAPSHOTS <table>`: removes the snapshots older than
 /// `older_than` beyond the last `retain_last` from the table's metadata,
 /// keeping the exactly-once evidence: a snapshot that promoted an upload
@@ -122,8 +214,7 @@ impl Default for ExpireOptions {
 /// = false` is refused, as Iceberg does.
 pub(crate) async fn expire_snapshots(
     ctx: &CommandContext,
-    catalog: &str,
-    ident: &iceberg::TableIdent,
+    table: &TableName,
     options: &ExpireOptions,
 ) -> Result<SnapshotsExpired> {
     use std::collections::HashSet;
@@ -137,7 +228,7 @@ pub(crate) async fn expire_snapshots(
     use crate::ingest::copy_into::{SNAPSHOT_COPY_ID, mark_committed};
     use crate::upload::SNAPSHOT_UPLOAD_ID;
 
-    let catalog = ctx.icestage.catalog(catalog)?;
+    let (catalog, ident) = (ctx.icestage.catalog(&table.catalog)?, &table.ident);
     // This process's background merge of the table waits (it would make
     // this a conflict).
     let _turn = crate::catalog::maintain::upkeep::turn(catalog, ident).await;

@@ -62,8 +62,7 @@ pub use secret::Secret;
 pub use session::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
 pub use tables::files::PROP_FILE_COLUMNS;
 pub use tables::maintain::{
-    DataFilesRewritten, ManifestsRewritten, ORPHAN_OPTIONS, OrphanFilesRemoved, OrphanOptions,
-    REWRITE_DATA_OPTIONS, RewriteDataOptions,
+    DataFilesRewritten, ManifestsRewritten, OrphanFilesRemoved, OrphanOptions, RewriteDataOptions,
 };
 pub use tables::rules::TableConstraint;
 pub use upload::abort::UploadAborted;

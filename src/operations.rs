@@ -10,32 +10,40 @@ use datafusion::common::TableReference;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::TaskContext;
 use datafusion::prelude::SessionContext;
-use iceberg::TableIdent;
 
-use crate::catalog::Catalogs;
+use crate::catalog::{Catalogs, TableName};
 use crate::config::Ttl;
 use crate::credentials::AccessMode;
-use crate::credentials::vend::{SessionCredentials, vend_credentials};
+use crate::credentials::vend::{SessionCredentials, VendCredentials};
 use crate::download::DownloadId;
-use crate::download::create::{DownloadOpened, DownloadOptions, create_download, plan_download};
-use crate::download::status::{DownloadDropped, DownloadStatus};
+use crate::download::create::{DownloadOpened, DownloadOptions, plan_download};
+use crate::download::status::{
+    DownloadDropped, DownloadStatus, DropDownload, ListDownloads, ShowDownload, WaitDownload,
+};
 use crate::error::{Error, Result};
-use crate::expiry::{ExpireOptions, SnapshotsExpired, StagingExpired};
+use crate::expiry::{
+    ExpireOptions, ExpireSnapshots, ExpireStaging, SnapshotsExpired, StagingExpired,
+};
 use crate::ingest::SourceOptions;
-use crate::ingest::copy_into::CopyReport;
-use crate::pipe::run::PipeRun;
+use crate::ingest::copy_into::{CopyInto, CopyReport};
+use crate::pipe::alter::AlterPipe;
+use crate::pipe::drop::DropPipe;
+use crate::pipe::run::{PipeRun, RunPipe};
+use crate::pipe::status::{ListPipes, ShowPipe};
 use crate::pipe::{CreatePipe, PipeName, PipeOptions, PipeRunRecord, PipeState, PipeStatus};
 use crate::session::CommandContext;
+use crate::session::operation::Operation;
 use crate::tables::maintain::{
-    DataFilesRewritten, ManifestsRewritten, OrphanFilesRemoved, OrphanOptions, RewriteDataOptions,
+    DataFilesRewritten, ManifestsRewritten, OrphanFilesRemoved, OrphanOptions, RemoveOrphanFiles,
+    RewriteDataFiles, RewriteDataOptions, RewriteManifests,
 };
-use crate::tables::rules::TableConstraint;
+use crate::tables::rules::{ListConstraints, TableConstraint};
 use crate::upload::UploadId;
-use crate::upload::abort::UploadAborted;
-use crate::upload::create::{UploadOpened, UploadOptions};
-use crate::upload::promote::{PromoteOptions, Promotion};
-use crate::upload::publish::Published;
-use crate::upload::status::{UploadFinding, UploadStatus};
+use crate::upload::abort::{AbortUpload, UploadAborted};
+use crate::upload::create::{CreateUpload, UploadOpened, UploadOptions};
+use crate::upload::promote::{PromoteOptions, PromoteUpload, Promotion};
+use crate::upload::publish::{PublishUpload, Published};
+use crate::upload::status::{ListUploads, ShowUpload, UploadFinding, UploadFindings, UploadStatus};
 
 /// icestage's operations on a session that [`register`](crate::register)
 /// prepared: the catalogs, the `icestage.*` options and the progress sink
@@ -100,12 +108,16 @@ impl Operations {
         CommandContext::new(self.ctx.task_ctx())
     }
 
-    /// `table` resolved against the session's default catalog: its
-    /// catalog's name and identifier.
-    fn resolve(&self, table: TableReference) -> Result<(String, TableIdent)> {
-        let state = self.ctx.state();
-        let (catalog, ident) = self.icestage.resolve(&state, &table)?;
-        Ok((catalog.name().to_string(), ident))
+    /// `table` resolved against the session's default catalog: `ns.table`
+    /// or `catalog.ns.table` as SQL reads it (a `&str`), or a
+    /// `TableReference` taken as it is.
+    fn table(&self, table: impl Into<TableReference>) -> Result<TableName> {
+        self.icestage.name_of(&self.ctx.state(), &table.into())
+    }
+
+    /// Runs `operation` as its statement would in this session.
+    async fn run<O: Operation>(&self, operation: O) -> Result<O::Outcome> {
+        operation.run(&self.context()?).await
     }
 
     /// `CREATE UPLOAD FOR <table>`: opens an upload session.
@@ -116,31 +128,26 @@ impl Operations {
         table: impl Into<TableReference>,
         options: UploadOptions,
     ) -> Result<UploadOpened> {
-        let (catalog, target) = self.resolve(table.into())?;
-        crate::upload::create::create_upload(&self.context()?, &catalog, &target, &options).await
-    }
-
-    /// How `PROMOTE UPLOAD` runs in this session: verify every byte, commit,
-    /// and hold the claim for the session's `icestage.promotion_lease`.
-    pub fn promote_options(&self) -> Result<PromoteOptions> {
-        Ok(PromoteOptions {
-            lease: self.context()?.options.promotion_lease.duration(),
-            cluster: crate::cluster::of_options(&self.context()?.options)?,
-            ..PromoteOptions::default()
+        self.run(CreateUpload {
+            target: self.table(table)?,
+            options,
         })
+        .await
     }
 
     /// `PROMOTE UPLOAD`: validates the staged rows and commits them into the
     /// target exactly once (or, with `dry_run`, only validates). A promotion
     /// that finds problems commits nothing and answers
     /// [`Error::ValidationFailed`](crate::Error::ValidationFailed) with them;
-    /// the session is then `failed` and its findings are kept.
+    /// the session is then `failed` and its findings are kept. The claim's
+    /// lease and the cluster are the session's, as for the statement.
     pub async fn promote_upload(
         &self,
         id: &UploadId,
         options: PromoteOptions,
     ) -> Result<Promotion> {
-        crate::upload::promote::promote(&self.icestage, id, options).await
+        let (id, plan) = (id.clone(), vec![]);
+        self.run(PromoteUpload { id, options, plan }).await
     }
 
     /// Whether the mode and branch of `options` can promote upload `id` into
@@ -156,7 +163,7 @@ impl Operations {
     /// (to_branch = ...)` on the target's `main`, exactly once, after
     /// checking the target's rules again against `main` as it is then.
     pub async fn publish_upload(&self, id: &UploadId) -> Result<Published> {
-        crate::upload::publish::publish_upload(&self.icestage, id).await
+        self.run(PublishUpload { id: id.clone() }).await
     }
 
     /// A token for icestage's REST catalog (`icestage serve`'s `/iceberg`)
@@ -189,17 +196,17 @@ impl Operations {
     /// # }).unwrap();
     /// ```
     pub async fn abort_upload(&self, id: &UploadId) -> Result<UploadAborted> {
-        crate::upload::abort::abort_upload(&self.context()?, id).await
+        self.run(AbortUpload { id: id.clone() }).await
     }
 
     /// `upload_status(id)`: where one upload stands.
     pub async fn upload_status(&self, id: &UploadId) -> Result<UploadStatus> {
-        crate::upload::status::upload_status(&self.context()?, id).await
+        self.run(ShowUpload { id: id.clone() }).await
     }
 
     /// `uploads()`: every upload the catalogs know, oldest first.
     pub async fn uploads(&self) -> Result<Vec<UploadStatus>> {
-        crate::upload::status::list_uploads(&self.context()?).await
+        self.run(ListUploads).await
     }
 
     /// The open uploads and those ended since `since`: what changed, read
@@ -222,7 +229,7 @@ impl Operations {
     /// #     icestage::sql(&ctx, statement).await?.collect().await?;
     /// # }
     /// # let ops = icestage::Operations::new(&ctx)?;
-    /// use icestage::{UploadOptions, UploadState};
+    /// use icestage::{PromoteOptions, UploadOptions, UploadState};
     ///
     /// icestage::sql(&ctx, "ALTER TABLE shop.orders ADD CONSTRAINT positive CHECK (cents > 0)")
     ///     .await?
@@ -234,7 +241,7 @@ impl Operations {
     /// icestage::sql(&ctx, &insert).await?.collect().await?;
     ///
     /// // A promotion that finds violations commits nothing and fails, naming them.
-    /// let failed = ops.promote_upload(&upload.upload_id, ops.promote_options()?).await;
+    /// let failed = ops.promote_upload(&upload.upload_id, PromoteOptions::default()).await;
     /// assert!(matches!(failed, Err(icestage::Error::ValidationFailed { .. })));
     /// let status = ops.upload_status(&upload.upload_id).await?;
     /// assert_eq!((status.state, status.findings), (UploadState::Failed, Some(1)));
@@ -244,7 +251,7 @@ impl Operations {
     /// # }).unwrap();
     /// ```
     pub async fn upload_findings(&self, id: &UploadId) -> Result<Vec<UploadFinding>> {
-        crate::upload::status::upload_findings(&self.context()?, id).await
+        self.run(UploadFindings { id: id.clone() }).await
     }
 
     /// `vend_credentials(id, mode, duration)`: credentials that reach only
@@ -277,7 +284,8 @@ impl Operations {
         mode: Option<AccessMode>,
         duration: Option<Ttl>,
     ) -> Result<SessionCredentials> {
-        vend_credentials(&self.context()?, id, mode, duration.as_ref()).await
+        let id = id.to_string();
+        self.run(VendCredentials { id, mode, duration }).await
     }
 
     /// `CREATE DOWNLOAD AS <query>`: a table holding what `query` answers,
@@ -295,7 +303,7 @@ impl Operations {
         let mut ctx = CommandContext::new(Arc::new(TaskContext::from(&state)))?;
         ctx.input = Some(input);
         ctx.session = Some(Arc::new(state));
-        create_download(&ctx, &spec).await
+        spec.run(&ctx).await
     }
 
     /// A read-only token for icestage's REST catalog that reaches download
@@ -307,12 +315,12 @@ impl Operations {
 
     /// `download_status(id)`: where one download stands.
     pub async fn download_status(&self, id: &DownloadId) -> Result<DownloadStatus> {
-        crate::download::status::download_status(&self.context()?, id).await
+        self.run(ShowDownload { id: id.clone() }).await
     }
 
     /// `downloads()`: every download the catalogs know, oldest first.
     pub async fn downloads(&self) -> Result<Vec<DownloadStatus>> {
-        crate::download::status::list(&self.context()?).await
+        self.run(ListDownloads).await
     }
 
     /// The live downloads and those ended since `since`.
@@ -330,7 +338,11 @@ impl Operations {
         id: &DownloadId,
         timeout: Duration,
     ) -> Result<DownloadStatus> {
-        crate::download::status::wait_download(&self.context()?, id, timeout).await
+        self.run(WaitDownload {
+            id: id.clone(),
+            timeout,
+        })
+        .await
     }
 
     /// `DROP DOWNLOAD`: removes the download's table.
@@ -358,7 +370,7 @@ impl Operations {
     /// # }).unwrap();
     /// ```
     pub async fn drop_download(&self, id: &DownloadId) -> Result<DownloadDropped> {
-        crate::download::status::drop_download(&self.context()?, id).await
+        self.run(DropDownload { id: id.clone() }).await
     }
 
     /// `COPY INTO <table> FROM <uri>`: loads the files under an S3 prefix
@@ -393,18 +405,16 @@ impl Operations {
         uri: &str,
         options: SourceOptions,
     ) -> Result<CopyReport> {
-        let (catalog, ident) = self.resolve(table.into())?;
         if options.validation_mode.is_some() {
             return Err(Error::invalid(
                 "copy_into loads: to check files without loading them, use validate_copy"
                     .to_string(),
             ));
         }
-        Ok(
-            crate::ingest::copy_into::copy_into(&self.context()?, &catalog, &ident, uri, &options)
-                .await?
-                .report,
-        )
+        Ok(self
+            .run(copy(self.table(table)?, uri, options))
+            .await?
+            .report)
     }
 
     /// `COPY INTO ... WITH (validation_mode = 'return_errors')`: reads the
@@ -417,11 +427,8 @@ impl Operations {
         uri: &str,
         mut options: SourceOptions,
     ) -> Result<Vec<crate::ingest::rejects::CopyError>> {
-        let (catalog, ident) = self.resolve(table.into())?;
         options.validation_mode = Some(crate::ingest::ValidationMode::ReturnErrors);
-        let run =
-            crate::ingest::copy_into::copy_into(&self.context()?, &catalog, &ident, uri, &options)
-                .await?;
+        let run = self.run(copy(self.table(table)?, uri, options)).await?;
         Ok(match run.validation {
             Some(crate::ingest::copy_into::Validation::Errors(errors)) => errors,
             _ => vec![],
@@ -454,7 +461,7 @@ impl Operations {
     /// # }).unwrap();
     /// ```
     pub async fn expire_staging(&self) -> Result<StagingExpired> {
-        crate::expiry::expire_staging(&self.context()?).await
+        self.run(ExpireStaging).await
     }
 
     /// `EXPIRE SNAPSHOTS <table>`: removes old snapshots from `table`'s
@@ -465,8 +472,11 @@ impl Operations {
         table: impl Into<TableReference>,
         options: ExpireOptions,
     ) -> Result<SnapshotsExpired> {
-        let (catalog, ident) = self.resolve(table.into())?;
-        crate::expiry::expire_snapshots(&self.context()?, &catalog, &ident, &options).await
+        self.run(ExpireSnapshots {
+            table: self.table(table)?,
+            options,
+        })
+        .await
     }
 
     /// `REWRITE MANIFESTS <table>`: merges the table's data manifests into
@@ -475,8 +485,10 @@ impl Operations {
         &self,
         table: impl Into<TableReference>,
     ) -> Result<ManifestsRewritten> {
-        let (catalog, ident) = self.resolve(table.into())?;
-        crate::tables::maintain::rewrite_manifests(&self.context()?, &catalog, &ident).await
+        self.run(RewriteManifests {
+            table: self.table(table)?,
+        })
+        .await
     }
 
     /// `REWRITE DATA FILES <table>`: bin-packs each partition's small data
@@ -487,9 +499,11 @@ impl Operations {
         table: impl Into<TableReference>,
         options: RewriteDataOptions,
     ) -> Result<DataFilesRewritten> {
-        let (catalog, ident) = self.resolve(table.into())?;
-        crate::tables::maintain::rewrite_data_files(&self.context()?, &catalog, &ident, &options)
-            .await
+        self.run(RewriteDataFiles {
+            table: self.table(table)?,
+            options,
+        })
+        .await
     }
 
     /// `REMOVE ORPHAN FILES <table>`: deletes the files under the table's
@@ -500,9 +514,11 @@ impl Operations {
         table: impl Into<TableReference>,
         options: OrphanOptions,
     ) -> Result<OrphanFilesRemoved> {
-        let (catalog, ident) = self.resolve(table.into())?;
-        crate::tables::maintain::remove_orphan_files(&self.context()?, &catalog, &ident, &options)
-            .await
+        self.run(RemoveOrphanFiles {
+            table: self.table(table)?,
+            options,
+        })
+        .await
     }
 
     /// `table_constraints(table)`: the rules promotions into `table` check.
@@ -510,8 +526,10 @@ impl Operations {
         &self,
         table: impl Into<TableReference>,
     ) -> Result<Vec<TableConstraint>> {
-        let (catalog, ident) = self.resolve(table.into())?;
-        crate::tables::rules::list_constraints(&self.context()?, &catalog, &ident).await
+        self.run(ListConstraints {
+            table: self.table(table)?,
+        })
+        .await
     }
 
     /// `CREATE PIPE <name> [WITH (...)] AS COPY INTO <table> FROM '<uri>'
@@ -551,28 +569,24 @@ impl Operations {
         copy_options: Vec<(String, String)>,
         options: PipeOptions,
     ) -> Result<PipeStatus> {
-        let (catalog, target) = self.resolve(table.into())?;
-        let mut name = name.clone();
-        match &name.catalog {
-            Some(named) if *named != catalog => {
-                return Err(crate::error::Error::invalid(format!(
-                    "pipe {name} would live in catalog {named} but loads a table of catalog {catalog}: \
-                     a pipe lives in its table's catalog"
-                )));
-            }
-            _ if catalog != self.icestage.default_catalog().name() => {
-                name.catalog = Some(catalog);
-            }
-            _ => {}
-        }
-        let create = CreatePipe::new(name, false, target, uri.to_string(), copy_options, options)?;
-        crate::pipe::create::create(&self.icestage, &create).await
+        let table = self.table(table)?;
+        let default = self.icestage.default_catalog().name();
+        let name = CreatePipe::loading(name.clone(), &table, default)?;
+        let uri = uri.to_string();
+        self.run(CreatePipe::new(
+            name,
+            false,
+            table.ident,
+            uri,
+            copy_options,
+            options,
+        )?)
+        .await
     }
 
     /// `RUN PIPE <name>`: loads what is new under the pipe's prefix now.
     pub async fn run_pipe(&self, name: &PipeName) -> Result<PipeRun> {
-        let cluster = crate::cluster::of_options(&self.context()?.options)?;
-        crate::pipe::run::run_pipe(&self.icestage, name, cluster.as_ref()).await
+        self.run(RunPipe { name: name.clone() }).await
     }
 
     /// One round of a pipe runner: runs every running pipe whose interval
@@ -586,17 +600,25 @@ impl Operations {
 
     /// `ALTER PIPE <name> PAUSE | RESUME`.
     pub async fn set_pipe_state(&self, name: &PipeName, state: PipeState) -> Result<PipeStatus> {
-        crate::pipe::alter::set_state(&self.icestage, name, state).await
+        self.run(AlterPipe {
+            name: name.clone(),
+            state,
+        })
+        .await
     }
 
     /// `DROP PIPE [IF EXISTS] <name>`: whether there was a pipe to drop.
     pub async fn drop_pipe(&self, name: &PipeName, if_exists: bool) -> Result<bool> {
-        crate::pipe::drop::drop_pipe(&self.icestage, name, if_exists).await
+        self.run(DropPipe {
+            name: name.clone(),
+            if_exists,
+        })
+        .await
     }
 
     /// `pipes()`: every pipe of every catalog.
     pub async fn pipes(&self) -> Result<Vec<PipeStatus>> {
-        crate::pipe::status::statuses(&self.icestage).await
+        self.run(ListPipes).await
     }
 
     /// The recorded runs of every pipe (those that loaded or failed
@@ -610,6 +632,16 @@ impl Operations {
 
     /// `pipe_status('<name>')`.
     pub async fn pipe_status(&self, name: &PipeName) -> Result<PipeStatus> {
-        crate::pipe::status::status(&self.icestage, name).await
+        self.run(ShowPipe { name: name.clone() }).await
+    }
+}
+
+/// `COPY INTO table FROM uri` with `options` as the typed API gives them.
+fn copy(table: TableName, uri: &str, options: SourceOptions) -> CopyInto {
+    CopyInto {
+        table,
+        uri: uri.to_string(),
+        options,
+        written: vec![],
     }
 }

@@ -41,6 +41,7 @@ pub(crate) mod views;
 pub const STAGING_NAMESPACE: &str = "staging";
 
 pub use registry::Catalogs;
+pub(crate) use registry::TableName;
 
 /// Who owns the table an append went to, which decides its upkeep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

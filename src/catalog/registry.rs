@@ -132,6 +132,40 @@ impl Catalogs {
             iceberg::TableIdent::from_strs([resolved.schema.as_ref(), resolved.table.as_ref()])?;
         Ok((Arc::clone(catalog), ident))
     }
+
+    /// [`Catalogs::resolve`]'s answer as a name: the catalog's name and the
+    /// table's identifier in it.
+    pub(crate) fn name_of(
+        &self,
+        state: &SessionState,
+        table: &TableReference,
+    ) -> Result<TableName> {
+        let (catalog, ident) = self.resolve(state, table)?;
+        Ok(TableName::new(catalog.name(), ident))
+    }
+}
+
+/// A table of one of icestage's catalogs: the catalog's name and the
+/// table's identifier in it, shown as `catalog.namespace.table`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct TableName {
+    pub(crate) catalog: String,
+    pub(crate) ident: iceberg::TableIdent,
+}
+
+impl TableName {
+    pub(crate) fn new(catalog: impl Into<String>, ident: iceberg::TableIdent) -> Self {
+        Self {
+            catalog: catalog.into(),
+            ident,
+        }
+    }
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.catalog, self.ident)
+    }
 }
 
 fn catalog_names(catalogs: &[Arc<IcebergCatalog>]) -> String {

@@ -9,6 +9,7 @@
 //! * a local warehouse: no credentials are needed, only the connection.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -24,6 +25,7 @@ use crate::rows::result_row;
 use crate::secret::Secret;
 use crate::session::CommandContext;
 use crate::session::log;
+use crate::session::operation::Operation;
 use crate::upload::{Staging, UploadId, UploadState, find_staging};
 
 /// The default lifetime of vended credentials.
@@ -358,7 +360,37 @@ result_row! {
     }
 }
 
-pub(crate) async fn vend_credentials(
+/// `vend_credentials('<id>' [, mode] [, duration])`; the id is an
+/// upload's or a download's (checked to have an id's shape).
+#[derive(Debug)]
+pub(crate) struct VendCredentials {
+    pub(crate) id: String,
+    pub(crate) mode: Option<AccessMode>,
+    pub(crate) duration: Option<Ttl>,
+}
+
+impl Operation for VendCredentials {
+    const NAME: &'static str = "VendCredentials";
+    type Outcome = SessionCredentials;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<SessionCredentials> {
+        vend_credentials(ctx, &self.id, self.mode, self.duration.as_ref()).await
+    }
+}
+
+impl fmt::Display for VendCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "upload={}, mode={}, duration={}",
+            self.id,
+            self.mode.map_or("write", AccessMode::as_str),
+            self.duration.as_ref().map_or("1h", Ttl::as_str)
+        )
+    }
+}
+
+async fn vend_credentials(
     ctx: &CommandContext,
     id: &str,
     mode: Option<AccessMode>,

@@ -3,6 +3,7 @@
 //! the query's columns, and start filling it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,10 +23,13 @@ use super::{
 };
 use crate::catalog::Catalogs;
 use crate::cluster::{Cluster, Recipe, RecipeTable};
-use crate::config::{IcestageOptions, Ttl, bounded_ttl};
+use crate::config::{
+    IcestageOptions, OptionDoc, Ttl, WithOptions, bounded_ttl, flag_option, option, parse_duration,
+};
 use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
+use crate::session::operation::{Operation, flag};
 use crate::session::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_OWNER, PROP_STATE};
 use crate::tables::files::{PROP_FILE_COLUMNS, file_columns, reference_columns};
 
@@ -88,6 +92,57 @@ result_row! {
     }
 }
 
+impl WithOptions for DownloadOptions {
+    const STATEMENT: &'static str = "CREATE DOWNLOAD";
+    const OPTIONS: &'static [OptionDoc] = &[
+        OptionDoc {
+            key: "ttl",
+            default: "the session's `icestage.download_ttl`",
+            doc: "how long the download's table stays (at most `icestage.max_ttl`)",
+        },
+        OptionDoc {
+            key: "wait",
+            default: "false",
+            doc: "answer once the table is filled (`ready` or `failed`), not at once with `pending`",
+        },
+        OptionDoc {
+            key: "lease",
+            default: "`'60s'`",
+            doc: "how long the filler's heartbeat holds before a pending download is marked failed",
+        },
+        OptionDoc {
+            key: "owner",
+            default: "none",
+            doc: "who the download belongs to (a service's caller)",
+        },
+        OptionDoc {
+            key: "catalog",
+            default: "the default catalog",
+            doc: "the catalog the download's table goes in",
+        },
+        OptionDoc {
+            key: "include_files",
+            default: "false",
+            doc: "copy the files the rows reference (`FILE` columns) into the download's own `files/` folder",
+        },
+    ];
+
+    fn parse(pairs: &[(String, String)]) -> Result<Self> {
+        let defaults = Self::default();
+        Ok(Self {
+            ttl: option(pairs, "ttl").map(Ttl::parse).transpose()?,
+            wait: flag_option(pairs, "wait")?,
+            lease: option(pairs, "lease")
+                .map(parse_duration)
+                .transpose()?
+                .unwrap_or(defaults.lease),
+            owner: option(pairs, "owner").map(str::to_string),
+            catalog: option(pairs, "catalog").map(str::to_string),
+            include_files: flag_option(pairs, "include_files")?,
+        })
+    }
+}
+
 /// A planned download.
 #[derive(Debug, PartialEq)]
 pub(crate) struct CreateDownload {
@@ -108,6 +163,32 @@ pub(crate) struct CreateDownload {
     /// tables read that declare file columns.
     pub(crate) file_columns: Vec<String>,
     pub(crate) areas: Vec<Area>,
+}
+
+impl Operation for CreateDownload {
+    const NAME: &'static str = "CreateDownload";
+    type Outcome = DownloadOpened;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<DownloadOpened> {
+        create_download(ctx, self).await
+    }
+}
+
+impl fmt::Display for CreateDownload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sources: Vec<String> = self
+            .sources
+            .iter()
+            .map(|(t, s)| format!("{t}@{}", s.map_or("empty".to_string(), |s| s.to_string())))
+            .collect();
+        write!(
+            f,
+            "catalog={}, sources=[{}]",
+            self.catalog,
+            sources.join(", ")
+        )?;
+        write!(f, "{}", flag(self.options.wait, "wait"))
+    }
 }
 
 /// A download of `plan`: every Iceberg table it reads pinned to one
@@ -233,10 +314,7 @@ async fn pin_snapshots(
     Ok((plan, sources, areas))
 }
 
-pub(crate) async fn create_download(
-    ctx: &CommandContext,
-    spec: &CreateDownload,
-) -> Result<DownloadOpened> {
+async fn create_download(ctx: &CommandContext, spec: &CreateDownload) -> Result<DownloadOpened> {
     let catalog = Arc::clone(ctx.icestage.catalog(&spec.catalog)?);
     // Here, the query is the command's input, planned with the session;
     // on a cluster, the cluster plans it.

@@ -2,6 +2,7 @@
 //! and how they end (`DROP DOWNLOAD`, expiry).
 
 use std::collections::HashSet;
+use std::fmt;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -12,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::log::{self, DOWNLOADS};
+use crate::session::operation::Operation;
 
 fn live_record(download: &Download) -> DownloadRecord {
     let mut record = download.record(download.state);
@@ -104,18 +106,99 @@ result_row! {
     }
 }
 
-pub(crate) async fn download_status(
-    ctx: &CommandContext,
-    id: &DownloadId,
-) -> Result<DownloadStatus> {
+/// `download_status('<id>')`.
+#[derive(Debug)]
+pub(crate) struct ShowDownload {
+    pub(crate) id: DownloadId,
+}
+
+impl Operation for ShowDownload {
+    const NAME: &'static str = "DownloadStatus";
+    type Outcome = DownloadStatus;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<DownloadStatus> {
+        download_status(ctx, &self.id).await
+    }
+}
+
+impl fmt::Display for ShowDownload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "download={}", self.id)
+    }
+}
+
+/// `downloads()`.
+#[derive(Debug)]
+pub(crate) struct ListDownloads;
+
+impl Operation for ListDownloads {
+    const NAME: &'static str = "ListDownloads";
+    type Outcome = Vec<DownloadStatus>;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<Vec<DownloadStatus>> {
+        list_since(ctx, None).await
+    }
+}
+
+impl fmt::Display for ListDownloads {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Ok(())
+    }
+}
+
+/// `wait_download('<id>' [, timeout])`.
+#[derive(Debug)]
+pub(crate) struct WaitDownload {
+    pub(crate) id: DownloadId,
+    pub(crate) timeout: Duration,
+}
+
+impl Operation for WaitDownload {
+    const NAME: &'static str = "WaitDownload";
+    type Outcome = DownloadStatus;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<DownloadStatus> {
+        wait_download(ctx, &self.id, self.timeout).await
+    }
+}
+
+impl fmt::Display for WaitDownload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "download={}, timeout={}s",
+            self.id,
+            self.timeout.as_secs()
+        )
+    }
+}
+
+/// `DROP DOWNLOAD '<id>'`.
+#[derive(Debug)]
+pub(crate) struct DropDownload {
+    pub(crate) id: DownloadId,
+}
+
+impl Operation for DropDownload {
+    const NAME: &'static str = "DropDownload";
+    type Outcome = DownloadDropped;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<DownloadDropped> {
+        drop_download(ctx, &self.id).await
+    }
+}
+
+impl fmt::Display for DropDownload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "download={}", self.id)
+    }
+}
+
+async fn download_status(ctx: &CommandContext, id: &DownloadId) -> Result<DownloadStatus> {
     let record = status_of(&ctx.icestage, id)
         .await?
         .ok_or_else(|| unknown(id))?;
     Ok(record.into())
-}
-
-pub(crate) async fn list(ctx: &CommandContext) -> Result<Vec<DownloadStatus>> {
-    list_since(ctx, None).await
 }
 
 /// The live downloads, and the ended ones recorded since `since` (all of
@@ -144,7 +227,7 @@ pub(crate) async fn list_since(
 
 /// Waits (polling the catalog) until the download is no longer pending, or
 /// `timeout` passes.
-pub(crate) async fn wait_download(
+async fn wait_download(
     ctx: &CommandContext,
     id: &DownloadId,
     timeout: Duration,
@@ -177,10 +260,7 @@ async fn remove(download: &Download, state: DownloadState) -> Result<()> {
         .await
 }
 
-pub(crate) async fn drop_download(
-    ctx: &CommandContext,
-    id: &DownloadId,
-) -> Result<DownloadDropped> {
+async fn drop_download(ctx: &CommandContext, id: &DownloadId) -> Result<DownloadDropped> {
     let state = match find_download(&ctx.icestage, id).await? {
         Some(download) => {
             remove(&download, DownloadState::Dropped).await?;

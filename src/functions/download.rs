@@ -11,7 +11,7 @@ use datafusion::logical_expr::Expr;
 use super::{CommandTable, at_most, string_arg};
 use crate::config::parse_duration;
 use crate::download::DownloadId;
-use crate::plan::Command;
+use crate::download::status::{ListDownloads, ShowDownload, WaitDownload};
 
 /// `download_status('<id>')`: one row, the state of the download.
 #[derive(Debug)]
@@ -22,7 +22,7 @@ impl TableFunctionImpl for DownloadStatusFunc {
         let signature = "download_status('<download id>')";
         at_most(args, 1, "download_status", signature)?;
         let id = DownloadId::parse(&string_arg(args, 0, "download_status", signature)?)?;
-        Ok(CommandTable::of(Command::DownloadStatus { id }))
+        Ok(CommandTable::of(ShowDownload { id }))
     }
 }
 
@@ -33,7 +33,7 @@ pub(crate) struct DownloadsFunc;
 impl TableFunctionImpl for DownloadsFunc {
     fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
         at_most(args, 0, "downloads", "downloads()")?;
-        Ok(CommandTable::of(Command::ListDownloads))
+        Ok(CommandTable::of(ListDownloads))
     }
 }
 
@@ -51,6 +51,6 @@ impl TableFunctionImpl for WaitDownloadFunc {
             2 => parse_duration(&string_arg(args, 1, "wait_download", signature)?)?,
             _ => Duration::from_secs(600),
         };
-        Ok(CommandTable::of(Command::WaitDownload { id, timeout }))
+        Ok(CommandTable::of(WaitDownload { id, timeout }))
     }
 }

@@ -15,16 +15,18 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::common::{ScalarValue, plan_err};
+use datafusion::common::{ScalarValue, TableReference, plan_err};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
+use crate::catalog::{Catalogs, TableName};
 use crate::plan::Command;
 use crate::plan::node::CommandExec;
 use crate::rows::project;
+use crate::session::operation::{Operation, Outcome};
 
 /// Registers every icestage table function in `ctx`.
 pub(crate) fn register_all(ctx: &SessionContext) {
@@ -53,14 +55,36 @@ pub(crate) struct CommandTable {
 }
 
 impl CommandTable {
-    pub(crate) fn new(schema: SchemaRef, make: MakeCommand) -> Arc<Self> {
+    fn new(schema: SchemaRef, make: MakeCommand) -> Arc<Self> {
         Arc::new(Self { schema, make })
     }
 
     /// A table for a command that needs nothing from the session.
-    pub(crate) fn of(command: Command) -> Arc<Self> {
+    pub(crate) fn of(command: impl Into<Command>) -> Arc<Self> {
+        let command = command.into();
         let schema = command.schema();
         Self::new(schema, Arc::new(move |_| Ok(command.clone())))
+    }
+
+    /// A table for an operation on `table`, a name the session resolves
+    /// as SQL would when the query is planned.
+    pub(crate) fn on_table<O>(
+        table: String,
+        operation: impl Fn(TableName) -> O + Send + Sync + 'static,
+    ) -> Arc<Self>
+    where
+        O: Operation,
+        Command: From<O>,
+    {
+        let schema = <O::Outcome as Outcome>::schema();
+        Self::new(
+            schema,
+            Arc::new(move |state| {
+                let icestage = Catalogs::from_config(state.config())?;
+                let name = icestage.name_of(state, &TableReference::from(table.as_str()))?;
+                Ok(operation(name).into())
+            }),
+        )
     }
 }
 

@@ -4,16 +4,13 @@
 use std::sync::Arc;
 
 use datafusion::catalog::{TableFunctionImpl, TableProvider};
-use datafusion::common::TableReference;
 use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::Expr;
 
 use super::{CommandTable, at_most, string_arg};
-use crate::catalog::Catalogs;
-use crate::ingest::rejects::CopyReject;
+use crate::ingest::copy_into::CopyRejects;
 use crate::pipe::PipeName;
-use crate::plan::Command;
-use crate::rows::ResultRow;
+use crate::pipe::status::{ListPipes, ShowPipe};
 
 /// `pipes()`: every pipe of every catalog.
 #[derive(Debug)]
@@ -22,7 +19,7 @@ pub(crate) struct PipesFunc;
 impl TableFunctionImpl for PipesFunc {
     fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
         at_most(args, 0, "pipes", "pipes()")?;
-        Ok(CommandTable::of(Command::ListPipes))
+        Ok(CommandTable::of(ListPipes))
     }
 }
 
@@ -35,7 +32,7 @@ impl TableFunctionImpl for PipeStatusFunc {
         let signature = "pipe_status('<pipe name>')";
         at_most(args, 1, "pipe_status", signature)?;
         let name = PipeName::parse(&string_arg(args, 0, "pipe_status", signature)?)?;
-        Ok(CommandTable::of(Command::PipeStatus { name }))
+        Ok(CommandTable::of(ShowPipe { name }))
     }
 }
 
@@ -49,17 +46,6 @@ impl TableFunctionImpl for CopyRejectsFunc {
         let signature = "copy_rejects('<namespace>.<table>')";
         at_most(args, 1, "copy_rejects", signature)?;
         let table = string_arg(args, 0, "copy_rejects", signature)?;
-        Ok(CommandTable::new(
-            CopyReject::schema(),
-            Arc::new(move |state| {
-                let icestage = Catalogs::from_config(state.config())?;
-                let (catalog, table) =
-                    icestage.resolve(state, &TableReference::from(table.as_str()))?;
-                Ok(Command::CopyRejects {
-                    catalog: catalog.name().to_string(),
-                    table,
-                })
-            }),
-        ))
+        Ok(CommandTable::on_table(table, |table| CopyRejects { table }))
     }
 }

@@ -4,20 +4,18 @@
 use std::sync::Arc;
 
 use datafusion::catalog::{TableFunctionImpl, TableProvider};
-use datafusion::common::TableReference;
 use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::Expr;
 
 use super::{CommandTable, at_most, string_arg};
-use crate::catalog::Catalogs;
 use crate::config::Ttl;
 use crate::credentials::AccessMode;
-use crate::credentials::vend::vend_duration;
-use crate::plan::Command;
-use crate::rows::ResultRow;
-use crate::tables::rules::TableConstraint;
+use crate::credentials::vend::{VendCredentials, vend_duration};
+use crate::tables::rules::ListConstraints;
 use crate::upload::UploadId;
-use crate::upload::create::{UploadOpened, UploadOptions};
+use crate::upload::create::{CreateUpload, UploadOptions};
+use crate::upload::promote::PromoteUpload;
+use crate::upload::status::{ListUploads, ShowUpload, UploadFindings};
 
 /// `upload_status('<id>')`: one row, the state of the upload.
 #[derive(Debug)]
@@ -28,7 +26,7 @@ impl TableFunctionImpl for UploadStatusFunc {
         let signature = "upload_status('<upload id>')";
         at_most(args, 1, "upload_status", signature)?;
         let id = UploadId::parse(&string_arg(args, 0, "upload_status", signature)?)?;
-        Ok(CommandTable::of(Command::UploadStatus { id }))
+        Ok(CommandTable::of(ShowUpload { id }))
     }
 }
 
@@ -39,7 +37,7 @@ pub(crate) struct UploadsFunc;
 impl TableFunctionImpl for UploadsFunc {
     fn call(&self, args: &[Expr]) -> DFResult<Arc<dyn TableProvider>> {
         at_most(args, 0, "uploads", "uploads()")?;
-        Ok(CommandTable::of(Command::ListUploads))
+        Ok(CommandTable::of(ListUploads))
     }
 }
 
@@ -61,22 +59,13 @@ impl TableFunctionImpl for CreateUploadFunc {
             )?)?),
             _ => None,
         };
-        Ok(CommandTable::new(
-            UploadOpened::schema(),
-            Arc::new(move |state| {
-                let icestage = Catalogs::from_config(state.config())?;
-                let (catalog, target) =
-                    icestage.resolve(state, &TableReference::from(table.as_str()))?;
-                Ok(Command::CreateUpload {
-                    catalog: catalog.name().to_string(),
-                    target,
-                    options: UploadOptions {
-                        ttl: ttl.clone(),
-                        ..Default::default()
-                    },
-                })
-            }),
-        ))
+        Ok(CommandTable::on_table(table, move |target| CreateUpload {
+            target,
+            options: UploadOptions {
+                ttl: ttl.clone(),
+                ..Default::default()
+            },
+        }))
     }
 }
 
@@ -89,7 +78,7 @@ impl TableFunctionImpl for PromoteUploadFunc {
         let signature = "promote_upload('<upload id>')";
         at_most(args, 1, "promote_upload", signature)?;
         let id = UploadId::parse(&string_arg(args, 0, "promote_upload", signature)?)?;
-        Ok(CommandTable::of(Command::PromoteUpload {
+        Ok(CommandTable::of(PromoteUpload {
             id,
             options: Default::default(),
             plan: vec![],
@@ -106,7 +95,7 @@ impl TableFunctionImpl for UploadFindingsFunc {
         let signature = "upload_findings('<upload id>')";
         at_most(args, 1, "upload_findings", signature)?;
         let id = UploadId::parse(&string_arg(args, 0, "upload_findings", signature)?)?;
-        Ok(CommandTable::of(Command::UploadFindings { id }))
+        Ok(CommandTable::of(UploadFindings { id }))
     }
 }
 
@@ -133,11 +122,7 @@ impl TableFunctionImpl for VendCredentialsFunc {
             .map(|duration| Ttl::parse(&duration))
             .transpose()?;
         vend_duration(duration.as_ref())?;
-        Ok(CommandTable::of(Command::VendCredentials {
-            id,
-            mode,
-            duration,
-        }))
+        Ok(CommandTable::of(VendCredentials { id, mode, duration }))
     }
 }
 
@@ -150,17 +135,8 @@ impl TableFunctionImpl for TableConstraintsFunc {
         let signature = "table_constraints('<namespace>.<table>')";
         at_most(args, 1, "table_constraints", signature)?;
         let table = string_arg(args, 0, "table_constraints", signature)?;
-        Ok(CommandTable::new(
-            TableConstraint::schema(),
-            Arc::new(move |state| {
-                let icestage = Catalogs::from_config(state.config())?;
-                let (catalog, table) =
-                    icestage.resolve(state, &TableReference::from(table.as_str()))?;
-                Ok(Command::ListConstraints {
-                    catalog: catalog.name().to_string(),
-                    table,
-                })
-            }),
-        ))
+        Ok(CommandTable::on_table(table, |table| ListConstraints {
+            table,
+        }))
     }
 }

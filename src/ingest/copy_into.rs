@@ -13,6 +13,7 @@
 //! size or ETag) is reported, not loaded, unless `force = true`.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -39,16 +40,20 @@ use super::source::select;
 pub(crate) use super::source::{Access, SourceFile};
 use super::write::{Copying, Written, open_file};
 use crate::catalog::IcebergCatalog;
+use crate::catalog::TableName;
 use crate::catalog::bridge::insert::append_rows;
 use crate::catalog::commit::{Evidence, append_once_guarded};
 use crate::catalog::scoped::{LoadCheck, with_current_schema};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::rows::ResultRow;
 use crate::rows::{Value, result_row};
 use crate::session::CommandContext;
 use crate::session::log::{icestage_table, per_target_schema};
+use crate::session::operation::{Operation, Outcome};
 use crate::session::{failpoint, is_missing};
 use crate::tables::ddl::iceberg_schema;
+use datafusion::arrow::datatypes::SchemaRef;
 
 /// Snapshot summary key carrying the copy id.
 pub const SNAPSHOT_COPY_ID: &str = "icestage.copy-id";
@@ -346,14 +351,91 @@ async fn target_table(
     ))
 }
 
-pub(crate) async fn copy_into(
+/// `COPY INTO <table> FROM '<uri>' [WITH (...)]`; `written` keeps the
+/// options as written, for EXPLAIN.
+#[derive(Debug)]
+pub(crate) struct CopyInto {
+    pub(crate) table: TableName,
+    pub(crate) uri: String,
+    pub(crate) options: SourceOptions,
+    pub(crate) written: Vec<(String, String)>,
+}
+
+impl Operation for CopyInto {
+    const NAME: &'static str = "CopyInto";
+    type Outcome = CopyRun;
+
+    /// The report of a load, or what `validation_mode` asks for.
+    fn schema(&self) -> SchemaRef {
+        match self.options.validation_mode {
+            None => <CopyReport as ResultRow>::schema(),
+            Some(ValidationMode::ReturnErrors) => <CopyError as ResultRow>::schema(),
+            Some(ValidationMode::ReturnRows(_)) => <CopyPreview as ResultRow>::schema(),
+        }
+    }
+
+    async fn run(&self, ctx: &CommandContext) -> Result<CopyRun> {
+        copy_into(ctx, &self.table, &self.uri, &self.options).await
+    }
+}
+
+impl fmt::Display for CopyInto {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} from {}", self.table, self.uri)?;
+        for (key, value) in &self.written {
+            let shown = if crate::secret::is_secret_key(key) {
+                "***"
+            } else {
+                value
+            };
+            write!(f, ", {key}={shown}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Outcome for CopyRun {
+    fn schema() -> SchemaRef {
+        <CopyReport as ResultRow>::schema()
+    }
+
+    fn into_batch(self, _: SchemaRef) -> Result<RecordBatch> {
+        match self.validation {
+            None => CopyReport::to_batch(&[self.report]),
+            Some(Validation::Errors(errors)) => CopyError::to_batch(&errors),
+            Some(Validation::Rows(rows)) => CopyPreview::to_batch(&rows),
+        }
+    }
+}
+
+/// `copy_rejects('<table>')`.
+#[derive(Debug)]
+pub(crate) struct CopyRejects {
+    pub(crate) table: TableName,
+}
+
+impl Operation for CopyRejects {
+    const NAME: &'static str = "CopyRejects";
+    type Outcome = Vec<super::rejects::CopyReject>;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<Self::Outcome> {
+        rejects_of(ctx, &self.table).await
+    }
+}
+
+impl fmt::Display for CopyRejects {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.table)
+    }
+}
+
+async fn copy_into(
     ctx: &CommandContext,
-    catalog: &str,
-    ident: &TableIdent,
+    table: &TableName,
     uri: &str,
     options: &SourceOptions,
 ) -> Result<CopyRun> {
-    let catalog = ctx.icestage.catalog(catalog)?;
+    let (catalog, ident) = (ctx.icestage.catalog(&table.catalog)?, &table.ident);
     let access = Access::open(uri, options).await?;
     let (files, format) = select(&access, uri, options).await?;
     copy_files(
@@ -1015,12 +1097,11 @@ result_row! {
 
 /// `copy_rejects('<table>')`: the rows copies into `table` rejected,
 /// newest first.
-pub(crate) async fn rejects_of(
+async fn rejects_of(
     ctx: &CommandContext,
-    catalog: &str,
-    table: &TableIdent,
+    name: &TableName,
 ) -> Result<Vec<super::rejects::CopyReject>> {
-    let catalog = ctx.icestage.catalog(catalog)?;
+    let (catalog, table) = (ctx.icestage.catalog(&name.catalog)?, &name.ident);
     let target = catalog.catalog().load_table(table).await.map_err(|e| {
         if is_missing(&e) {
             Error::TableNotFound {

@@ -1,6 +1,7 @@
 //! `CREATE PIPE`: the pipe's table, holding its definition.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -14,9 +15,12 @@ use super::{
     PROP_QUEUE, PROP_STATE, PROP_TARGET, PROP_URI, PipeName, PipeState,
 };
 use crate::catalog::Catalogs;
+use crate::catalog::TableName;
 use crate::config::format_duration;
 use crate::error::{Error, Result};
 use crate::ingest::{Format, SourceOptions};
+use crate::session::CommandContext;
+use crate::session::operation::Operation;
 
 /// `CREATE PIPE`, checked.
 #[derive(Debug, Clone)]
@@ -60,6 +64,54 @@ impl CreatePipe {
             copy_options,
             options,
         })
+    }
+
+    /// A pipe named `name` that loads `table`: it lives in the table's
+    /// catalog, which a name without one means when that is not the
+    /// default catalog; a name that gives another catalog is refused.
+    pub(crate) fn loading(
+        mut name: PipeName,
+        table: &TableName,
+        default_catalog: &str,
+    ) -> Result<PipeName> {
+        match &name.catalog {
+            Some(named) if *named != table.catalog => {
+                return Err(Error::invalid(format!(
+                    "pipe {name} would live in catalog {named} but loads a table of catalog {}: \
+                     a pipe lives in its table's catalog, name it {}.{}",
+                    table.catalog, table.catalog, name.name
+                )));
+            }
+            _ if table.catalog != default_catalog => name.catalog = Some(table.catalog.clone()),
+            _ => {}
+        }
+        Ok(name)
+    }
+}
+
+impl Operation for CreatePipe {
+    const NAME: &'static str = "CreatePipe";
+    type Outcome = PipeStatus;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<PipeStatus> {
+        create(&ctx.icestage, self).await
+    }
+}
+
+impl fmt::Display for CreatePipe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} into {} from {}, interval={}",
+            self.name,
+            self.target,
+            self.uri,
+            format_duration(self.options.interval)
+        )?;
+        if let Some(queue) = &self.options.notification_queue {
+            write!(f, ", notification_queue={queue}")?;
+        }
+        Ok(())
     }
 }
 
@@ -112,7 +164,7 @@ async fn format_of(create: &CreatePipe, options: &SourceOptions) -> Result<Forma
 }
 
 /// `CREATE PIPE`: the pipe's table, with its definition; running.
-pub(crate) async fn create(icestage: &Catalogs, create: &CreatePipe) -> Result<PipeStatus> {
+async fn create(icestage: &Catalogs, create: &CreatePipe) -> Result<PipeStatus> {
     let catalog = create.name.catalog(icestage)?;
     let ident = create.name.table();
     if catalog.catalog().table_exists(&ident).await? {

@@ -3,13 +3,9 @@
 
 use std::time::Duration;
 
-use crate::config::{format_duration, parse_duration};
+use crate::config::{OptionDoc, WithOptions, format_duration, parse_duration};
 use crate::error::{Error, Result};
 use crate::ingest::{OnError, SourceOptions};
-
-/// The options `CREATE PIPE` takes (before `AS`).
-pub(crate) const PIPE_OPTIONS: &[&str] =
-    &["interval", "lease", "notification_queue", "list_interval"];
 
 /// How long a pipe's runs may be apart, at least and at most.
 const INTERVAL_BOUNDS: (Duration, Duration) =
@@ -56,29 +52,47 @@ fn bounded(name: &str, value: &str, (min, max): (Duration, Duration)) -> Result<
     Ok(duration)
 }
 
-impl PipeOptions {
-    /// Reads `CREATE PIPE`'s `WITH (...)` pairs.
-    pub(crate) fn from_pairs(pairs: &[(String, String)]) -> Result<Self> {
+impl WithOptions for PipeOptions {
+    const STATEMENT: &'static str = "CREATE PIPE";
+    const OPTIONS: &'static [OptionDoc] = &[
+        OptionDoc {
+            key: "interval",
+            default: "`'30s'`",
+            doc: "time between runs (1 s to 24 h)",
+        },
+        OptionDoc {
+            key: "lease",
+            default: "`'2m'`",
+            doc: "how long a runner holds the pipe without renewing; a runner that dies is replaced after it (2 s to 1 h)",
+        },
+        OptionDoc {
+            key: "notification_queue",
+            default: "none (new files are found by listing)",
+            doc: "the URL of an SQS queue receiving the bucket's S3 event notifications",
+        },
+        OptionDoc {
+            key: "list_interval",
+            default: "`'10m'`",
+            doc: "with a queue, time between full listings that catch what a notification missed (1 s to 24 h)",
+        },
+    ];
+
+    fn parse(pairs: &[(String, String)]) -> Result<Self> {
         let mut options = Self::default();
         for (key, value) in pairs {
             match key.as_str() {
                 "interval" => options.interval = bounded(key, value, INTERVAL_BOUNDS)?,
                 "lease" => options.lease = bounded(key, value, LEASE_BOUNDS)?,
                 "list_interval" => options.list_interval = bounded(key, value, INTERVAL_BOUNDS)?,
-                "notification_queue" => {
+                _ => {
                     if !value.starts_with("https://") && !value.starts_with("http://") {
                         return Err(Error::invalid(format!(
-                            "notification_queue = '{value}' is not a queue URL: give the SQS queue's URL, \
-                             e.g. 'https://sqs.eu-west-1.amazonaws.com/123456789012/landing-events'"
+                            "notification_queue = '{value}' is not a queue URL: give the SQS \
+                             queue's URL, e.g. \
+                             'https://sqs.eu-west-1.amazonaws.com/123456789012/landing-events'"
                         )));
                     }
                     options.notification_queue = Some(value.clone());
-                }
-                other => {
-                    return Err(Error::invalid(format!(
-                        "CREATE PIPE has no option '{other}': valid options are {}",
-                        PIPE_OPTIONS.join(", ")
-                    )));
                 }
             }
         }

@@ -3,6 +3,7 @@
 //! `COPY INTO`'s exactly-once path, record the outcome, give the lease back.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -19,7 +20,9 @@ use crate::ingest::copy_into::{CopyRun, Loaded, copy_files, loaded_files};
 use crate::ingest::source::{Access, SourceFile, candidates, files_at};
 use crate::progress::NoProgress;
 use crate::rows::{Value, result_row};
+use crate::session::CommandContext;
 use crate::session::is_missing;
+use crate::session::operation::Operation;
 
 result_row! {
     /// What one run of a pipe did: the row of `RUN PIPE`.
@@ -60,10 +63,33 @@ pub(crate) fn runner_id() -> &'static str {
     })
 }
 
+/// `RUN PIPE <name>`.
+#[derive(Debug)]
+pub(crate) struct RunPipe {
+    pub(crate) name: PipeName,
+}
+
+impl Operation for RunPipe {
+    const NAME: &'static str = "RunPipe";
+    type Outcome = PipeRun;
+
+    /// On the session's cluster, if it names one.
+    async fn run(&self, ctx: &CommandContext) -> Result<PipeRun> {
+        let cluster = crate::cluster::of_options(&ctx.options)?;
+        run_pipe(&ctx.icestage, &self.name, cluster.as_ref()).await
+    }
+}
+
+impl fmt::Display for RunPipe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.name)
+    }
+}
+
 /// `RUN PIPE <name>`: loads what is new now, whether the pipe is running or
 /// paused; refused while another runner holds it. With a `cluster`, its
 /// executors read and write the files.
-pub(crate) async fn run_pipe(
+async fn run_pipe(
     icestage: &Catalogs,
     name: &PipeName,
     cluster: Option<&Cluster>,

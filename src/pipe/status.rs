@@ -1,6 +1,7 @@
 //! Where pipes stand: `pipes()` and `pipe_status('<name>')`, and the runs
 //! they recorded (what the pipe webhooks report).
 
+use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -10,6 +11,8 @@ use crate::catalog::Catalogs;
 use crate::config::format_duration;
 use crate::error::Result;
 use crate::rows::result_row;
+use crate::session::CommandContext;
+use crate::session::operation::Operation;
 
 result_row! {
     /// Where a pipe stands: a row of `pipes()` and `pipe_status('<name>')`.
@@ -101,6 +104,46 @@ impl Pipe {
 }
 
 /// `pipe_status('<name>')`, with the files pending as listed now.
+/// `pipe_status('<name>')`.
+#[derive(Debug)]
+pub(crate) struct ShowPipe {
+    pub(crate) name: PipeName,
+}
+
+impl Operation for ShowPipe {
+    const NAME: &'static str = "PipeStatus";
+    type Outcome = PipeStatus;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<PipeStatus> {
+        status(&ctx.icestage, &self.name).await
+    }
+}
+
+impl fmt::Display for ShowPipe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.name)
+    }
+}
+
+/// `pipes()`.
+#[derive(Debug)]
+pub(crate) struct ListPipes;
+
+impl Operation for ListPipes {
+    const NAME: &'static str = "ListPipes";
+    type Outcome = Vec<PipeStatus>;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<Vec<PipeStatus>> {
+        statuses(&ctx.icestage).await
+    }
+}
+
+impl fmt::Display for ListPipes {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Ok(())
+    }
+}
+
 pub(crate) async fn status(icestage: &Catalogs, name: &PipeName) -> Result<PipeStatus> {
     let pipe = load(icestage, name).await?;
     let pending = run::pending(icestage, &pipe).await.ok();

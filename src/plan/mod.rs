@@ -20,19 +20,33 @@ pub(crate) use self::command::Command;
 use self::node::CommandNode;
 pub(crate) use self::node::IcestageQueryPlanner;
 use crate::catalog::Catalogs;
-use crate::config::{Ttl, parse_bool, parse_duration};
+use crate::config::WithOptions;
 use crate::download::DownloadId;
 use crate::download::create::DownloadOptions;
+use crate::download::status::DropDownload;
 use crate::error::{Error, Result};
 use crate::expiry::ExpireOptions;
+use crate::expiry::{ExpireSnapshots, ExpireStaging};
+use crate::ingest::copy_into::CopyInto;
+use crate::pipe::alter::AlterPipe;
+use crate::pipe::drop::DropPipe;
+use crate::pipe::run::RunPipe;
 use crate::pipe::{CreatePipe, PipeName, PipeOptions, PipeState};
-use crate::sql::parser::{Statement, check_options};
+use crate::sql::parser::Statement;
 use crate::tables::ddl;
+use crate::tables::ddl::CreateNamespace;
 use crate::tables::ddl::CreateTable;
 use crate::tables::maintain::{OrphanOptions, RewriteDataOptions};
+use crate::tables::maintain::{RemoveOrphanFiles, RewriteDataFiles, RewriteManifests};
 use crate::tables::rules::Rule;
+use crate::tables::rules::{AddConstraint, DropConstraint};
 use crate::upload::UploadId;
+use crate::upload::abort::AbortUpload;
+use crate::upload::create::CreateUpload;
 use crate::upload::create::UploadOptions;
+use crate::upload::promote::PromoteOptions;
+use crate::upload::promote::PromoteUpload;
+use crate::upload::publish::PublishUpload;
 
 /// Plans one parsed statement.
 pub(crate) async fn statement_to_plan(
@@ -59,96 +73,32 @@ async fn plan_statement(
                 .build()?)
         }
         Statement::CreateUpload(create) => {
-            check_options(
-                "CREATE UPLOAD",
-                &create.options,
-                &["ttl", "owner", "upload_id"],
-            )?;
-            let option = |name: &str| option(&create.options, name);
-            let options = UploadOptions {
-                ttl: option("ttl").map(Ttl::parse).transpose()?,
-                owner: option("owner").map(str::to_string),
-                upload_id: option("upload_id").map(UploadId::parse).transpose()?,
-            };
-            let (catalog, target) =
-                icestage.resolve(state, &table_reference(state, create.target)?)?;
-            command_plan(Command::CreateUpload {
-                catalog: catalog.name().to_string(),
-                target,
-                options,
-            })
+            let options = UploadOptions::from_with(&create.options)?;
+            let target = icestage.name_of(state, &table_reference(state, create.target)?)?;
+            command_plan(CreateUpload { target, options })
         }
         Statement::PromoteUpload(promote) => {
-            check_options(
-                "PROMOTE UPLOAD",
-                &promote.options,
-                &["dry_run", "verify", "mode", "key", "tag", "to_branch"],
-            )?;
-            let mode = crate::upload::promote::PromoteMode::parse(
-                option(&promote.options, "mode").unwrap_or("append"),
-                option(&promote.options, "key"),
-            )?;
-            let dry_run = option(&promote.options, "dry_run")
-                .map(|value| parse_bool("dry_run", value))
-                .transpose()?
-                .unwrap_or(false);
-            let verify = option(&promote.options, "verify")
-                .map(str::parse)
-                .transpose()?
-                .unwrap_or_default();
+            let options = PromoteOptions::from_with(&promote.options)?;
             let plan = if explaining {
-                crate::upload::validation::validate::explain(&icestage, &promote.id, verify).await?
+                crate::upload::validation::validate::explain(&icestage, &promote.id, options.verify)
+                    .await?
             } else {
                 vec![]
             };
-            let tag = option(&promote.options, "tag")
-                .map(|value| parse_bool("tag", value))
-                .transpose()?
-                .unwrap_or(false);
-            let to_branch = option(&promote.options, "to_branch").map(str::to_string);
-            command_plan(Command::PromoteUpload {
+            command_plan(PromoteUpload {
                 id: UploadId::parse(&promote.id)?,
-                options: crate::upload::promote::PromoteOptions {
-                    dry_run,
-                    verify,
-                    mode,
-                    tag,
-                    to_branch,
-                    ..Default::default()
-                },
+                options,
                 plan,
             })
         }
-        Statement::PublishUpload(publish) => command_plan(Command::PublishUpload {
+        Statement::PublishUpload(publish) => command_plan(PublishUpload {
             id: UploadId::parse(&publish.id)?,
         }),
-        Statement::AbortUpload(abort) => command_plan(Command::AbortUpload {
+        Statement::AbortUpload(abort) => command_plan(AbortUpload {
             id: UploadId::parse(&abort.id)?,
         }),
         Statement::CreateDownload { options, query } => {
-            check_options(
-                "CREATE DOWNLOAD",
-                &options,
-                &["ttl", "wait", "lease", "owner", "catalog", "include_files"],
-            )?;
-            let option = |name: &str| option(&options, name);
-            let options = DownloadOptions {
-                ttl: option("ttl").map(Ttl::parse).transpose()?,
-                wait: option("wait")
-                    .map(|v| parse_bool("wait", v))
-                    .transpose()?
-                    .unwrap_or(false),
-                lease: option("lease")
-                    .map(parse_duration)
-                    .transpose()?
-                    .unwrap_or(std::time::Duration::from_secs(60)),
-                owner: option("owner").map(str::to_string),
-                catalog: option("catalog").map(str::to_string),
-                include_files: option("include_files")
-                    .map(|v| parse_bool("include_files", v))
-                    .transpose()?
-                    .unwrap_or(false),
-            };
+            let options = DownloadOptions::from_with(&options)?;
             // Redacted from the parsed query (every literal form), then the
             // text once more.
             let mut shown = query.clone();
@@ -162,9 +112,9 @@ async fn plan_statement(
                     .await?;
             // On a cluster the query is planned there: no input to plan here.
             let input = spec.remote.is_none().then_some(input);
-            Ok(CommandNode::new(Command::CreateDownload(Arc::new(spec)), input)?.into_plan())
+            Ok(CommandNode::new(spec.into(), input)?.into_plan())
         }
-        Statement::DropDownload { id } => command_plan(Command::DropDownload {
+        Statement::DropDownload { id } => command_plan(DropDownload {
             id: DownloadId::parse(&id)?,
         }),
         Statement::CopyInto {
@@ -177,12 +127,10 @@ async fn plan_statement(
                 &options,
                 &crate::ingest::copy_options(),
             )?;
-            let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
-            command_plan(Command::CopyInto {
-                catalog: catalog.name().to_string(),
-                table,
+            command_plan(CopyInto {
+                table: icestage.name_of(state, &table_reference(state, table)?)?,
                 uri,
-                options: Box::new(parsed),
+                options: parsed,
                 written: options,
             })
         }
@@ -202,37 +150,22 @@ async fn plan_statement(
                     "CREATE PIPE ... AS takes a COPY INTO statement".to_string(),
                 ));
             };
-            let mut name = pipe_name(state, &name)?;
-            let (catalog, target) = icestage.resolve(state, &table_reference(state, table)?)?;
-            match &name.catalog {
-                Some(named) if named != catalog.name() => {
-                    return Err(Error::invalid(format!(
-                        "pipe {name} would live in catalog {named} but loads a table of catalog {}: \
-                         a pipe lives in its table's catalog, name it {}.{}",
-                        catalog.name(),
-                        catalog.name(),
-                        name.name
-                    )));
-                }
-                _ => {}
-            }
-            if catalog.name() != icestage.default_catalog().name() {
-                name.catalog = Some(catalog.name().to_string());
-            }
-            let create = CreatePipe::new(
+            let table = icestage.name_of(state, &table_reference(state, table)?)?;
+            let default = icestage.default_catalog().name();
+            let name = CreatePipe::loading(pipe_name(state, &name)?, &table, default)?;
+            command_plan(CreatePipe::new(
                 name,
                 if_not_exists,
-                target,
+                table.ident,
                 uri,
                 copy_options,
-                PipeOptions::from_pairs(&options)?,
-            )?;
-            command_plan(Command::CreatePipe(Arc::new(create)))
+                PipeOptions::from_with(&options)?,
+            )?)
         }
-        Statement::RunPipe { name } => command_plan(Command::RunPipe {
+        Statement::RunPipe { name } => command_plan(RunPipe {
             name: pipe_name(state, &name)?,
         }),
-        Statement::AlterPipe { name, pause } => command_plan(Command::AlterPipe {
+        Statement::AlterPipe { name, pause } => command_plan(AlterPipe {
             name: pipe_name(state, &name)?,
             state: if pause {
                 PipeState::Paused
@@ -240,66 +173,32 @@ async fn plan_statement(
                 PipeState::Running
             },
         }),
-        Statement::DropPipe { name, if_exists } => command_plan(Command::DropPipe {
+        Statement::DropPipe { name, if_exists } => command_plan(DropPipe {
             name: pipe_name(state, &name)?,
             if_exists,
         }),
-        Statement::ExpireStaging => command_plan(Command::ExpireStaging),
-        Statement::RewriteManifests { table } => {
-            let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
-            command_plan(Command::RewriteManifests {
-                catalog: catalog.name().to_string(),
-                table,
-            })
-        }
-        Statement::RewriteDataFiles { table, options } => {
-            let options = RewriteDataOptions::from_pairs(&options)?;
-            let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
-            command_plan(Command::RewriteDataFiles {
-                catalog: catalog.name().to_string(),
-                table,
-                options,
-            })
-        }
-        Statement::RemoveOrphanFiles { table, options } => {
-            let options = OrphanOptions::from_pairs(&options)?;
-            let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
-            command_plan(Command::RemoveOrphanFiles {
-                catalog: catalog.name().to_string(),
-                table,
-                options,
-            })
-        }
-        Statement::ExpireSnapshots { table, options } => {
-            check_options("EXPIRE SNAPSHOTS", &options, &["older_than", "retain_last"])?;
-            let mut expire = ExpireOptions::default();
-            if let Some(value) = option(&options, "older_than") {
-                expire.older_than = parse_duration(value)?;
-            }
-            if let Some(value) = option(&options, "retain_last") {
-                expire.retain_last = value
-                    .parse()
-                    .ok()
-                    .filter(|n: &usize| (1..=1_000_000).contains(n))
-                    .ok_or_else(|| {
-                        Error::invalid(format!(
-                            "retain_last = '{value}' is not a count of snapshots: give a whole number from 1"
-                        ))
-                    })?;
-            }
-            let (catalog, table) = icestage.resolve(state, &table_reference(state, table)?)?;
-            command_plan(Command::ExpireSnapshots {
-                catalog: catalog.name().to_string(),
-                table,
-                options: expire,
-            })
-        }
+        Statement::ExpireStaging => command_plan(ExpireStaging),
+        Statement::RewriteManifests { table } => command_plan(RewriteManifests {
+            table: icestage.name_of(state, &table_reference(state, table)?)?,
+        }),
+        Statement::RewriteDataFiles { table, options } => command_plan(RewriteDataFiles {
+            options: RewriteDataOptions::from_with(&options)?,
+            table: icestage.name_of(state, &table_reference(state, table)?)?,
+        }),
+        Statement::RemoveOrphanFiles { table, options } => command_plan(RemoveOrphanFiles {
+            options: OrphanOptions::from_with(&options)?,
+            table: icestage.name_of(state, &table_reference(state, table)?)?,
+        }),
+        Statement::ExpireSnapshots { table, options } => command_plan(ExpireSnapshots {
+            table: icestage.name_of(state, &table_reference(state, table)?)?,
+            options: ExpireOptions::from_with(&options)?,
+        }),
         Statement::CreateNamespace {
             name,
             if_not_exists,
         } => {
             let (catalog, namespace) = namespace_of(state, &icestage, &name)?;
-            command_plan(Command::CreateNamespace {
+            command_plan(CreateNamespace {
                 catalog,
                 namespace,
                 if_not_exists,
@@ -308,16 +207,8 @@ async fn plan_statement(
     }
 }
 
-/// The value of option `name` in `options`, if given.
-fn option<'a>(options: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    options
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
-
-fn command_plan(command: Command) -> Result<LogicalPlan> {
-    Ok(CommandNode::new(command, None)?.into_plan())
+fn command_plan(command: impl Into<Command>) -> Result<LogicalPlan> {
+    Ok(CommandNode::new(command.into(), None)?.into_plan())
 }
 
 fn table_reference(state: &SessionState, name: ObjectName) -> Result<TableReference> {
@@ -486,8 +377,7 @@ fn plan_alter_table(
 ) -> Result<LogicalPlan> {
     use datafusion::sql::sqlparser::ast::{AlterTableOperation, TableConstraint};
 
-    let (catalog, table) = icestage.resolve(state, reference)?;
-    let catalog = catalog.name().to_string();
+    let table = icestage.name_of(state, reference)?;
     let usage = format!(
         "ALTER TABLE {reference} supports ADD CONSTRAINT <name> CHECK (<predicate>), \
          ADD CONSTRAINT <name> UNIQUE (<columns>) and DROP CONSTRAINT <name>"
@@ -507,7 +397,7 @@ fn plan_alter_table(
             ))
         })
     };
-    let command = match operation {
+    let command: Command = match operation {
         AlterTableOperation::AddConstraint { constraint, .. } => {
             let rule = match constraint {
                 TableConstraint::Check(check) => Rule::Check {
@@ -528,20 +418,16 @@ fn plan_alter_table(
                     )));
                 }
             };
-            Command::AddConstraint {
-                catalog,
-                table,
-                rule,
-            }
+            AddConstraint { table, rule }.into()
         }
         AlterTableOperation::DropConstraint {
             if_exists, name, ..
-        } => Command::DropConstraint {
-            catalog,
+        } => DropConstraint {
             table,
             name: name.value.clone(),
             if_exists: *if_exists,
-        },
+        }
+        .into(),
         other => {
             return Err(Error::NotSupported(format!(
                 "'{other}' is not supported: {usage}"
@@ -586,7 +472,7 @@ async fn plan_create_table(
             "CREATE TABLE {reference}: this form is not supported on Iceberg catalogs"
         )));
     };
-    let (catalog, ident) = icestage.resolve(state, &memory.name)?;
+    let table = icestage.name_of(state, &memory.name)?;
     let arrow = memory.input.schema().as_arrow().clone();
     let schema = ddl::iceberg_schema(&arrow)?;
     if let Some(columns) = properties.get(recorded) {
@@ -604,14 +490,90 @@ async fn plan_create_table(
     } else {
         None
     };
-    let command = Command::CreateTable(Arc::new(CreateTable {
-        catalog: catalog.name().to_string(),
-        ident,
+    let command = Command::from(CreateTable {
+        table,
         schema,
         partition_spec,
         properties,
         if_not_exists: memory.if_not_exists,
         with_query,
-    }));
+    });
     Ok(CommandNode::new(command, input)?.into_plan())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One statement's options as a section of the reference page.
+    fn section<T: WithOptions>() -> String {
+        let mut text = format!(
+            "## {}\n\n| option | default | what it does |\n|---|---|---|\n",
+            T::STATEMENT
+        );
+        for option in T::OPTIONS {
+            text += &format!(
+                "| `{}` | {} | {} |\n",
+                option.key, option.default, option.doc
+            );
+        }
+        text
+    }
+
+    /// The options reference page, from the options types.
+    fn options_page() -> String {
+        let sections = [
+            section::<UploadOptions>(),
+            section::<PromoteOptions>(),
+            section::<DownloadOptions>(),
+            section::<PipeOptions>(),
+            section::<ExpireOptions>(),
+            section::<RewriteDataOptions>(),
+            section::<OrphanOptions>(),
+        ];
+        format!(
+            "# Statement options\n\n\
+             What each statement takes in `WITH (...)`: the options type of each statement \
+             declares them, refuses any other key (naming these), and this page is checked \
+             against it. `COPY INTO`, `read_s3_prefix` and a pipe's `COPY INTO` take the source \
+             options of [COPY INTO](../guide/copy-into.md). Durations are written `'90s'`, \
+             `'15m'`, `'24h'` or `'7d'`; booleans `true` or `false`.\n\n{}",
+            sections.join("\n")
+        )
+    }
+
+    /// `docs/src/reference/options.md` is what the options types take; with
+    /// `ICESTAGE_BLESS=1` set, the test writes it first.
+    #[test]
+    fn the_options_reference_is_what_the_options_types_take() {
+        let page = options_page();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/src/reference/options.md");
+        if std::env::var_os("ICESTAGE_BLESS").is_some() {
+            std::fs::write(path, &page).unwrap();
+        }
+        let written = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            written == page,
+            "docs/src/reference/options.md differs from the options the statements take: \
+             rewrite it with ICESTAGE_BLESS=1 cargo test --lib options_reference\n\n{page}"
+        );
+    }
+
+    /// An unknown key is refused naming every key the statement takes,
+    /// from the same declaration.
+    #[test]
+    fn an_unknown_option_is_refused_with_the_ones_taken() {
+        let pairs = [("tll".to_string(), "1h".to_string())];
+        let message = UploadOptions::from_with(&pairs).unwrap_err().to_string();
+        assert!(
+            message.contains(
+                "CREATE UPLOAD has no option 'tll': valid options are ttl, owner, upload_id"
+            ),
+            "{message}"
+        );
+        let pairs = [("older_than".to_string(), "1d".to_string())];
+        let expire = ExpireOptions::from_with(&pairs).unwrap();
+        assert_eq!(expire.older_than, std::time::Duration::from_secs(86_400));
+        assert_eq!(expire.retain_last, ExpireOptions::default().retain_last);
+    }
 }

@@ -133,10 +133,7 @@ impl CommandExec {
 
 impl DisplayAs for CommandExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "{}Exec: ", self.command.name())?;
-        let text = self.command.to_string();
-        let detail = text.split_once(": ").map_or("", |(_, d)| d);
-        write!(f, "{detail}")
+        write!(f, "{}Exec: {}", self.command.name(), self.command.detail())
     }
 }
 
@@ -277,8 +274,8 @@ mod tests {
 
     #[test]
     fn commands_that_print_alike_are_still_two_commands() {
-        let a = CommandNode::new(Command::ExpireStaging, None).unwrap();
-        let b = CommandNode::new(Command::ExpireStaging, None).unwrap();
+        let a = CommandNode::new(crate::expiry::ExpireStaging.into(), None).unwrap();
+        let b = CommandNode::new(crate::expiry::ExpireStaging.into(), None).unwrap();
         assert_eq!(a.command.to_string(), b.command.to_string());
         assert_ne!(a, b);
         assert_eq!(a, a.clone());

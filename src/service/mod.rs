@@ -375,18 +375,7 @@ impl AppState {
             let mut pause = Duration::from_secs(1);
             let started = std::time::Instant::now();
             for _ in 0..5 {
-                let promoted = match state.ops().promote_options() {
-                    Ok(options) => {
-                        let options = crate::PromoteOptions {
-                            mode: landing.mode.clone(),
-                            tag: landing.tag,
-                            to_branch: landing.to_branch.clone(),
-                            ..options
-                        };
-                        state.ops().promote_upload(&id, options).await
-                    }
-                    Err(e) => Err(e),
-                };
+                let promoted = state.ops().promote_upload(&id, landing.clone()).await;
                 let outcome = match promoted {
                     Err(e) if matches!(e.kind(), ErrorKind::Upstream | ErrorKind::Internal) => {
                         tokio::time::sleep(pause).await;

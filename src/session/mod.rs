@@ -4,6 +4,7 @@
 //! operation runs in.
 
 pub(crate) mod log;
+pub(crate) mod operation;
 pub(crate) mod token;
 
 use std::collections::HashMap;

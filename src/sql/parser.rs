@@ -685,27 +685,6 @@ fn is_word(token: &Token, expected: &str) -> bool {
     matches!(token, Token::Word(w) if w.value.eq_ignore_ascii_case(expected) && w.quote_style.is_none())
 }
 
-/// Checks `options` against the keys a statement accepts.
-pub(crate) fn check_options(
-    statement: &str,
-    options: &[(String, String)],
-    accepted: &[&str],
-) -> Result<()> {
-    for (key, _) in options {
-        if !accepted.contains(&key.as_str()) {
-            let valid = if accepted.is_empty() {
-                "it takes no options".to_string()
-            } else {
-                format!("valid options are {}", accepted.join(", "))
-            };
-            return Err(Error::invalid(format!(
-                "{statement} has no option '{key}': {valid}"
-            )));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,11 +6,12 @@
 //! units Iceberg v2 stores (timestamps and times in microseconds).
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{
-    DataType, Field, FieldRef, Fields, Schema as ArrowSchema, TimeUnit,
+    DataType, Field, FieldRef, Fields, Schema as ArrowSchema, SchemaRef, TimeUnit,
 };
 use datafusion::common::Column;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, cast};
@@ -21,18 +22,19 @@ use datafusion::sql::sqlparser::ast::{
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
 use iceberg::spec::Schema as IcebergSchema;
 use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
-use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{NamespaceIdent, TableCreation};
 
+use crate::catalog::TableName;
 use crate::catalog::bridge::insert::{insert_into, writer_per_core};
 use crate::catalog::maintain::upkeep::{MANIFEST_MERGE_ENABLED, MIN_COUNT_TO_MERGE};
 use crate::error::{Error, Result};
 use crate::session::CommandContext;
+use crate::session::operation::{Operation, flag};
 
 /// A planned `CREATE TABLE` on an Iceberg catalog.
 #[derive(Debug)]
 pub(crate) struct CreateTable {
-    pub(crate) catalog: String,
-    pub(crate) ident: TableIdent,
+    pub(crate) table: TableName,
     pub(crate) schema: IcebergSchema,
     pub(crate) partition_spec: Option<UnboundPartitionSpec>,
     pub(crate) properties: std::collections::HashMap<String, String>,
@@ -273,8 +275,72 @@ pub(crate) fn table_properties(options: &CreateTableOptions) -> Result<HashMap<S
         .collect()
 }
 
-/// Runs `CREATE NAMESPACE` / `CREATE SCHEMA` on an Iceberg catalog.
-pub(crate) async fn create_namespace(
+/// `CREATE NAMESPACE` / `CREATE SCHEMA` on an Iceberg catalog.
+#[derive(Debug)]
+pub(crate) struct CreateNamespace {
+    pub(crate) catalog: String,
+    pub(crate) namespace: NamespaceIdent,
+    pub(crate) if_not_exists: bool,
+}
+
+impl Operation for CreateNamespace {
+    const NAME: &'static str = "CreateNamespace";
+    type Outcome = ();
+
+    async fn run(&self, ctx: &CommandContext) -> Result<()> {
+        create_namespace(ctx, &self.catalog, &self.namespace, self.if_not_exists).await
+    }
+}
+
+impl fmt::Display for CreateNamespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}.{}{}",
+            self.catalog,
+            self.namespace.join("."),
+            flag(self.if_not_exists, "if_not_exists")
+        )
+    }
+}
+
+impl Operation for CreateTable {
+    const NAME: &'static str = "CreateIcebergTable";
+    type Outcome = RecordBatch;
+
+    /// A `count` column for `AS SELECT`, none otherwise.
+    fn schema(&self) -> SchemaRef {
+        match self.with_query {
+            true => Arc::new(ArrowSchema::new(vec![Field::new(
+                "count",
+                DataType::UInt64,
+                false,
+            )])),
+            false => Arc::new(ArrowSchema::empty()),
+        }
+    }
+
+    async fn run(&self, ctx: &CommandContext) -> Result<RecordBatch> {
+        create_table(ctx, self).await
+    }
+}
+
+impl fmt::Display for CreateTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.table)?;
+        if let Some(spec) = &self.partition_spec {
+            let fields: Vec<String> = spec
+                .fields()
+                .iter()
+                .map(|p| format!("{}({})", p.transform, p.source_id))
+                .collect();
+            write!(f, ", partition=[{}]", fields.join(", "))?;
+        }
+        write!(f, "{}", flag(self.if_not_exists, "if_not_exists"))
+    }
+}
+
+async fn create_namespace(
     ctx: &CommandContext,
     catalog: &str,
     namespace: &NamespaceIdent,
@@ -319,14 +385,11 @@ pub(crate) fn dotless(ident: &iceberg::TableIdent) -> Result<()> {
 
 /// Runs `CREATE TABLE [AS SELECT]` on an Iceberg catalog; the result is the
 /// number of rows written when there is a query, nothing otherwise.
-pub(crate) async fn create_table(
-    ctx: &CommandContext,
-    create: &CreateTable,
-) -> Result<RecordBatch> {
-    let catalog = ctx.icestage.catalog(&create.catalog)?;
-    let namespace = create.ident.namespace();
-    let name = format!("{}.{}", namespace.join("."), create.ident.name());
-    dotless(&create.ident)?;
+async fn create_table(ctx: &CommandContext, create: &CreateTable) -> Result<RecordBatch> {
+    let catalog = ctx.icestage.catalog(&create.table.catalog)?;
+    let namespace = create.table.ident.namespace();
+    let name = format!("{}.{}", namespace.join("."), create.table.ident.name());
+    dotless(&create.table.ident)?;
     if !catalog.catalog().namespace_exists(namespace).await? {
         return Err(Error::invalid(format!(
             "cannot create table '{name}': namespace '{}' does not exist in catalog '{}'; \
@@ -349,7 +412,7 @@ pub(crate) async fn create_table(
             )))
         }
     };
-    if catalog.catalog().table_exists(&create.ident).await? {
+    if catalog.catalog().table_exists(&create.table.ident).await? {
         if create.if_not_exists {
             return written(0);
         }
@@ -370,7 +433,7 @@ pub(crate) async fn create_table(
             .or_insert_with(|| value.to_string());
     }
     let creation = TableCreation::builder()
-        .name(create.ident.name().to_string())
+        .name(create.table.ident.name().to_string())
         .schema(create.schema.clone())
         .partition_spec_opt(create.partition_spec.clone())
         .properties(properties)
@@ -381,7 +444,7 @@ pub(crate) async fn create_table(
             let cores = ctx.task.session_config().target_partitions();
             insert_into(
                 catalog,
-                &create.ident,
+                &create.table.ident,
                 writer_per_core(std::sync::Arc::clone(input), cores)?,
                 std::sync::Arc::clone(&ctx.task),
             )

@@ -5,20 +5,23 @@
 //! `REMOVE ORPHAN FILES <table>` deletes the files under its location that
 //! nothing references (see `catalog::maintain::orphans`).
 
+use std::fmt;
+
 use futures::TryStreamExt;
-use iceberg::TableIdent;
 use iceberg::table::Table;
 
 use crate::catalog::IcebergCatalog;
+use crate::catalog::TableName;
 use crate::catalog::bridge::writer::write_rows_sized;
 use crate::catalog::maintain::bin_pack::{Choice, PACKED_AT, choose, commit_packed};
 use crate::catalog::maintain::compact::{Layout, Rewrite, rewrite_manifests as rewrite};
 use crate::catalog::maintain::upkeep;
 use crate::cluster::RecipeTable;
-use crate::config::{parse_bool, parse_duration, parse_size};
+use crate::config::{OptionDoc, WithOptions, option, parse_bool, parse_duration, parse_size};
 use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
+use crate::session::operation::Operation;
 
 result_row! {
     /// What `REWRITE MANIFESTS <table>` did.
@@ -39,15 +42,82 @@ result_row! {
     }
 }
 
+/// `REWRITE MANIFESTS <table>`.
+#[derive(Debug)]
+pub(crate) struct RewriteManifests {
+    pub(crate) table: TableName,
+}
+
+impl Operation for RewriteManifests {
+    const NAME: &'static str = "RewriteManifests";
+    type Outcome = ManifestsRewritten;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<ManifestsRewritten> {
+        rewrite_manifests(ctx, &self.table).await
+    }
+}
+
+impl fmt::Display for RewriteManifests {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.table)
+    }
+}
+
+/// `REWRITE DATA FILES <table> [WITH (...)]`.
+#[derive(Debug)]
+pub(crate) struct RewriteDataFiles {
+    pub(crate) table: TableName,
+    pub(crate) options: RewriteDataOptions,
+}
+
+impl Operation for RewriteDataFiles {
+    const NAME: &'static str = "RewriteDataFiles";
+    type Outcome = DataFilesRewritten;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<DataFilesRewritten> {
+        rewrite_data_files(ctx, &self.table, &self.options).await
+    }
+}
+
+impl fmt::Display for RewriteDataFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}, {:?}", self.table, self.options)
+    }
+}
+
+/// `REMOVE ORPHAN FILES <table> [WITH (...)]`.
+#[derive(Debug)]
+pub(crate) struct RemoveOrphanFiles {
+    pub(crate) table: TableName,
+    pub(crate) options: OrphanOptions,
+}
+
+impl Operation for RemoveOrphanFiles {
+    const NAME: &'static str = "RemoveOrphanFiles";
+    type Outcome = OrphanFilesRemoved;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<OrphanFilesRemoved> {
+        remove_orphan_files(ctx, &self.table, &self.options).await
+    }
+}
+
+impl fmt::Display for RemoveOrphanFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, older_than={}, dry_run={}",
+            self.table,
+            crate::config::format_duration(self.options.older_than),
+            self.options.dry_run
+        )
+    }
+}
+
 /// Rewrites tried before a conflict is answered.
 const ATTEMPTS: u32 = 3;
 
-pub(crate) async fn rewrite_manifests(
-    ctx: &CommandContext,
-    catalog: &str,
-    ident: &TableIdent,
-) -> Result<ManifestsRewritten> {
-    let catalog = ctx.icestage.catalog(catalog)?;
+async fn rewrite_manifests(ctx: &CommandContext, table: &TableName) -> Result<ManifestsRewritten> {
+    let (catalog, ident) = (ctx.icestage.catalog(&table.catalog)?, &table.ident);
     // The background merge of this process waits for this one; one of
     // another process that wins meanwhile is read again, a few times.
     let _turn = upkeep::turn(catalog, ident).await;
@@ -131,64 +201,76 @@ pub struct RewriteDataOptions {
     pub min_input_files: Option<usize>,
 }
 
-/// The options `REWRITE DATA FILES` takes.
-pub const REWRITE_DATA_OPTIONS: &[&str] = &["target_file_size", "where", "min_input_files"];
+impl WithOptions for RewriteDataOptions {
+    const STATEMENT: &'static str = "REWRITE DATA FILES";
+    const OPTIONS: &'static [OptionDoc] = &[
+        OptionDoc {
+            key: "target_file_size",
+            default: "the table's `write.target-file-size-bytes`, else 512 MiB",
+            doc: "the size new files are written to; files under three quarters of it are rewritten",
+        },
+        OptionDoc {
+            key: "where",
+            default: "every file",
+            doc: "only files that may hold rows matching this SQL predicate",
+        },
+        OptionDoc {
+            key: "min_input_files",
+            default: "2",
+            doc: "a partition is rewritten when it holds at least this many small files",
+        },
+    ];
+
+    fn parse(pairs: &[(String, String)]) -> Result<Self> {
+        let mut options = Self::default();
+        if let Some(value) = option(pairs, "target_file_size") {
+            options.target_file_size = Some(parse_size(value)?);
+        }
+        if let Some(value) = option(pairs, "where") {
+            if value.trim().is_empty() {
+                return Err(Error::invalid(
+                    "where = '' selects nothing: give a predicate such as \
+                     where = 'day >= DATE ''2026-07-01'''"
+                        .to_string(),
+                ));
+            }
+            options.filter = Some(value.to_string());
+        }
+        if let Some(value) = option(pairs, "min_input_files") {
+            let count = value
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| (2..=1_000_000).contains(n))
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "min_input_files = '{value}' is not a count of files: give a whole \
+                         number from 2"
+                    ))
+                })?;
+            options.min_input_files = Some(count);
+        }
+        Ok(options)
+    }
+}
 
 impl RewriteDataOptions {
     /// Reads `WITH (...)` pairs; an unknown option or a bad value is refused
     /// by name.
     pub fn from_pairs(pairs: &[(String, String)]) -> Result<Self> {
-        let mut options = Self::default();
-        for (key, value) in pairs {
-            match key.as_str() {
-                "target_file_size" => options.target_file_size = Some(parse_size(value)?),
-                "where" => {
-                    if value.trim().is_empty() {
-                        return Err(Error::invalid(
-                            "where = '' selects nothing: give a predicate such as \
-                             where = 'day >= DATE ''2026-07-01'''"
-                                .to_string(),
-                        ));
-                    }
-                    options.filter = Some(value.clone());
-                }
-                "min_input_files" => {
-                    options.min_input_files = Some(
-                        value
-                            .trim()
-                            .parse()
-                            .ok()
-                            .filter(|n| (2..=1_000_000).contains(n))
-                            .ok_or_else(|| {
-                                Error::invalid(format!(
-                                    "min_input_files = '{value}' is not a count of files: give a \
-                                     whole number from 2"
-                                ))
-                            })?,
-                    )
-                }
-                other => {
-                    return Err(Error::invalid(format!(
-                        "REWRITE DATA FILES has no option '{other}': valid options are {}",
-                        REWRITE_DATA_OPTIONS.join(", ")
-                    )));
-                }
-            }
-        }
-        Ok(options)
+        Self::from_with(pairs)
     }
 }
 
 /// `REWRITE DATA FILES <table>`: bin-packs each partition's small files
 /// into files of the target size, in one `replace` snapshot that changes no
 /// row (see `catalog::maintain::bin_pack`).
-pub(crate) async fn rewrite_data_files(
+async fn rewrite_data_files(
     ctx: &CommandContext,
-    catalog: &str,
-    ident: &TableIdent,
+    table: &TableName,
     options: &RewriteDataOptions,
 ) -> Result<DataFilesRewritten> {
-    let catalog = ctx.icestage.catalog(catalog)?;
+    let (catalog, ident) = (ctx.icestage.catalog(&table.catalog)?, &table.ident);
     // The background upkeep of this process waits for this one.
     let _turn = upkeep::turn(catalog, ident).await;
     let table = catalog.catalog().load_table(ident).await?;
@@ -425,27 +507,38 @@ impl Default for OrphanOptions {
     }
 }
 
-/// The options `REMOVE ORPHAN FILES` takes.
-pub const ORPHAN_OPTIONS: &[&str] = &["older_than", "dry_run"];
+impl WithOptions for OrphanOptions {
+    const STATEMENT: &'static str = "REMOVE ORPHAN FILES";
+    const OPTIONS: &'static [OptionDoc] = &[
+        OptionDoc {
+            key: "older_than",
+            default: "`'3d'`",
+            doc: "only files last written longer ago than this go (at least 1 hour)",
+        },
+        OptionDoc {
+            key: "dry_run",
+            default: "false",
+            doc: "find the orphans, delete nothing",
+        },
+    ];
+
+    fn parse(pairs: &[(String, String)]) -> Result<Self> {
+        let mut options = Self::default();
+        if let Some(value) = option(pairs, "older_than") {
+            options.older_than = parse_duration(value)?;
+        }
+        if let Some(value) = option(pairs, "dry_run") {
+            options.dry_run = parse_bool("dry_run", value)?;
+        }
+        Ok(options)
+    }
+}
 
 impl OrphanOptions {
     /// Reads `WITH (...)` pairs; an unknown option or a bad value is refused
     /// by name.
     pub fn from_pairs(pairs: &[(String, String)]) -> Result<Self> {
-        let mut options = Self::default();
-        for (key, value) in pairs {
-            match key.as_str() {
-                "older_than" => options.older_than = parse_duration(value)?,
-                "dry_run" => options.dry_run = parse_bool(key, value)?,
-                other => {
-                    return Err(Error::invalid(format!(
-                        "REMOVE ORPHAN FILES has no option '{other}': valid options are {}",
-                        ORPHAN_OPTIONS.join(", ")
-                    )));
-                }
-            }
-        }
-        Ok(options)
+        Self::from_with(pairs)
     }
 }
 
@@ -453,13 +546,12 @@ impl OrphanOptions {
 const NAMED_ORPHANS: usize = 5;
 
 /// `REMOVE ORPHAN FILES <table>`: see `catalog::maintain::orphans`.
-pub(crate) async fn remove_orphan_files(
+async fn remove_orphan_files(
     ctx: &CommandContext,
-    catalog: &str,
-    ident: &TableIdent,
+    table: &TableName,
     options: &OrphanOptions,
 ) -> Result<OrphanFilesRemoved> {
-    let catalog = ctx.icestage.catalog(catalog)?;
+    let (catalog, ident) = (ctx.icestage.catalog(&table.catalog)?, &table.ident);
     let table = catalog.catalog().load_table(ident).await?;
     let sweep = crate::catalog::maintain::orphans::remove_orphans(
         catalog,

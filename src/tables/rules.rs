@@ -7,6 +7,7 @@
 //! target (like PostgreSQL's `NOT VALID` constraints).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::DFSchema;
@@ -17,10 +18,12 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use crate::catalog::IcebergCatalog;
+use crate::catalog::TableName;
 use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::is_missing;
+use crate::session::operation::{Operation, flag};
 
 /// Table property prefix of a stored rule.
 pub const PROP_CONSTRAINT_PREFIX: &str = "icestage.constraint.";
@@ -171,82 +174,117 @@ async fn load(catalog: &IcebergCatalog, ident: &TableIdent) -> Result<Table> {
 }
 
 /// `ALTER TABLE <t> ADD CONSTRAINT <name> CHECK (...) | UNIQUE (...)`
-pub(crate) async fn add_constraint(
-    ctx: &CommandContext,
-    catalog: &str,
-    ident: &TableIdent,
-    rule: &Rule,
-) -> Result<()> {
-    let catalog = ctx.icestage.catalog(catalog)?;
-    let table = load(catalog, ident).await?;
-    let name = ident.to_string();
-    if rules_of(&table)?.iter().any(|r| r.name() == rule.name()) {
-        return Err(Error::invalid(format!(
-            "constraint '{}' already exists on {name}: drop it first with ALTER TABLE {name} DROP CONSTRAINT {}",
-            rule.name(),
-            rule.name()
-        )));
+#[derive(Debug)]
+pub(crate) struct AddConstraint {
+    pub(crate) table: TableName,
+    pub(crate) rule: Rule,
+}
+
+impl fmt::Display for AddConstraint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = &self.rule;
+        write!(f, "{} {} {}", self.table, rule.name(), rule.definition())
     }
-    let schema = df_schema(&table)?;
-    match rule {
-        Rule::Check { predicate, .. } => {
-            check_predicate(&SessionContext::new(), &name, predicate, &schema)?;
+}
+
+impl Operation for AddConstraint {
+    const NAME: &'static str = "AddConstraint";
+    type Outcome = ();
+
+    async fn run(&self, ctx: &CommandContext) -> Result<()> {
+        let (rule, ident) = (&self.rule, &self.table.ident);
+        let catalog = ctx.icestage.catalog(&self.table.catalog)?;
+        let table = load(catalog, ident).await?;
+        let name = ident.to_string();
+        if rules_of(&table)?.iter().any(|r| r.name() == rule.name()) {
+            return Err(Error::invalid(format!(
+                "constraint '{}' already exists on {name}: drop it first with ALTER TABLE {name} DROP CONSTRAINT {}",
+                rule.name(),
+                rule.name()
+            )));
         }
-        Rule::Unique { columns, .. } => {
-            for column in columns {
-                if schema.field_with_unqualified_name(column).is_err() {
-                    return Err(Error::invalid(format!(
-                        "UNIQUE ({}) on {name} names column '{column}', which the table does not have",
-                        columns.join(", ")
-                    )));
+        let schema = df_schema(&table)?;
+        match rule {
+            Rule::Check { predicate, .. } => {
+                check_predicate(&SessionContext::new(), &name, predicate, &schema)?;
+            }
+            Rule::Unique { columns, .. } => {
+                for column in columns {
+                    if schema.field_with_unqualified_name(column).is_err() {
+                        return Err(Error::invalid(format!(
+                            "UNIQUE ({}) on {name} names column '{column}', which the table does not have",
+                            columns.join(", ")
+                        )));
+                    }
                 }
             }
         }
+        let tx = Transaction::new(&table);
+        let tx = tx
+            .update_table_properties()
+            .set(
+                format!("{PROP_CONSTRAINT_PREFIX}{}", rule.name()),
+                rule.definition(),
+            )
+            .apply(tx)?;
+        tx.commit(catalog.catalog().as_ref()).await?;
+        Ok(())
     }
-    let tx = Transaction::new(&table);
-    let tx = tx
-        .update_table_properties()
-        .set(
-            format!("{PROP_CONSTRAINT_PREFIX}{}", rule.name()),
-            rule.definition(),
-        )
-        .apply(tx)?;
-    tx.commit(catalog.catalog().as_ref()).await?;
-    Ok(())
 }
 
 /// `ALTER TABLE <t> DROP CONSTRAINT [IF EXISTS] <name>`
-pub(crate) async fn drop_constraint(
-    ctx: &CommandContext,
-    catalog: &str,
-    ident: &TableIdent,
-    constraint: &str,
-    if_exists: bool,
-) -> Result<()> {
-    let catalog = ctx.icestage.catalog(catalog)?;
-    let table = load(catalog, ident).await?;
-    let key = format!("{PROP_CONSTRAINT_PREFIX}{constraint}");
-    if !table.metadata().properties().contains_key(&key) {
-        if if_exists {
-            return Ok(());
-        }
-        let rules = rules_of(&table)?;
-        let names: Vec<&str> = rules.iter().map(Rule::name).collect();
-        let hint = if constraint == IDENTIFIER_FIELDS_RULE {
-            "it comes from the table's identifier fields, which a schema change removes".to_string()
-        } else if names.is_empty() {
-            "the table has no constraints".to_string()
-        } else {
-            format!("its constraints are {}", names.join(", "))
-        };
-        return Err(Error::invalid(format!(
-            "{ident} has no constraint '{constraint}': {hint}"
-        )));
+#[derive(Debug)]
+pub(crate) struct DropConstraint {
+    pub(crate) table: TableName,
+    pub(crate) name: String,
+    pub(crate) if_exists: bool,
+}
+
+impl fmt::Display for DropConstraint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}{}",
+            self.table,
+            self.name,
+            flag(self.if_exists, "if_exists")
+        )
     }
-    let tx = Transaction::new(&table);
-    let tx = tx.update_table_properties().remove(key).apply(tx)?;
-    tx.commit(catalog.catalog().as_ref()).await?;
-    Ok(())
+}
+
+impl Operation for DropConstraint {
+    const NAME: &'static str = "DropConstraint";
+    type Outcome = ();
+
+    async fn run(&self, ctx: &CommandContext) -> Result<()> {
+        let (constraint, if_exists, ident) =
+            (self.name.as_str(), self.if_exists, &self.table.ident);
+        let catalog = ctx.icestage.catalog(&self.table.catalog)?;
+        let table = load(catalog, ident).await?;
+        let key = format!("{PROP_CONSTRAINT_PREFIX}{constraint}");
+        if !table.metadata().properties().contains_key(&key) {
+            if if_exists {
+                return Ok(());
+            }
+            let rules = rules_of(&table)?;
+            let names: Vec<&str> = rules.iter().map(Rule::name).collect();
+            let hint = if constraint == IDENTIFIER_FIELDS_RULE {
+                "it comes from the table's identifier fields, which a schema change removes"
+                    .to_string()
+            } else if names.is_empty() {
+                "the table has no constraints".to_string()
+            } else {
+                format!("its constraints are {}", names.join(", "))
+            };
+            return Err(Error::invalid(format!(
+                "{ident} has no constraint '{constraint}': {hint}"
+            )));
+        }
+        let tx = Transaction::new(&table);
+        let tx = tx.update_table_properties().remove(key).apply(tx)?;
+        tx.commit(catalog.catalog().as_ref()).await?;
+        Ok(())
+    }
 }
 
 result_row! {
@@ -265,22 +303,34 @@ result_row! {
 }
 
 /// `table_constraints('<table>')`: one row per rule.
-pub(crate) async fn list_constraints(
-    ctx: &CommandContext,
-    catalog: &str,
-    ident: &TableIdent,
-) -> Result<Vec<TableConstraint>> {
-    let catalog = ctx.icestage.catalog(catalog)?;
-    let table = load(catalog, ident).await?;
-    Ok(rules_of(&table)?
-        .iter()
-        .map(|rule| TableConstraint {
-            table_name: ident.to_string(),
-            constraint_name: rule.name().to_string(),
-            kind: rule.kind().to_string(),
-            definition: rule.definition(),
-        })
-        .collect())
+#[derive(Debug)]
+pub(crate) struct ListConstraints {
+    pub(crate) table: TableName,
+}
+
+impl fmt::Display for ListConstraints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.table)
+    }
+}
+
+impl Operation for ListConstraints {
+    const NAME: &'static str = "ListConstraints";
+    type Outcome = Vec<TableConstraint>;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<Vec<TableConstraint>> {
+        let ident = &self.table.ident;
+        let table = load(ctx.icestage.catalog(&self.table.catalog)?, ident).await?;
+        Ok(rules_of(&table)?
+            .iter()
+            .map(|rule| TableConstraint {
+                table_name: ident.to_string(),
+                constraint_name: rule.name().to_string(),
+                kind: rule.kind().to_string(),
+                definition: rule.definition(),
+            })
+            .collect())
+    }
 }
 
 /// Shared by the validation: the rules as planned expressions.

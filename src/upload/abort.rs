@@ -1,6 +1,8 @@
 //! `ABORT UPLOAD '<id>'`: discard a session's staged rows. Refused once a
 //! promotion holds the session, so a promotion's files are never purged.
 
+use std::fmt;
+
 use super::validation::load_target;
 use super::{
     Staging, UploadId, UploadState, find_staging, promoted_snapshot, validation::findings,
@@ -10,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::log;
+use crate::session::operation::Operation;
 
 result_row! {
     /// What `ABORT UPLOAD` left.
@@ -22,7 +25,28 @@ result_row! {
     }
 }
 
-pub(crate) async fn abort_upload(ctx: &CommandContext, id: &UploadId) -> Result<UploadAborted> {
+/// `ABORT UPLOAD '<id>'`.
+#[derive(Debug)]
+pub(crate) struct AbortUpload {
+    pub(crate) id: UploadId,
+}
+
+impl Operation for AbortUpload {
+    const NAME: &'static str = "AbortUpload";
+    type Outcome = UploadAborted;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<UploadAborted> {
+        abort_upload(ctx, &self.id).await
+    }
+}
+
+impl fmt::Display for AbortUpload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "upload={}", self.id)
+    }
+}
+
+async fn abort_upload(ctx: &CommandContext, id: &UploadId) -> Result<UploadAborted> {
     let state = abort(&ctx.icestage, id).await?;
     Ok(UploadAborted {
         upload_id: id.clone(),

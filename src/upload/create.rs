@@ -2,20 +2,22 @@
 //! field ids, partition spec and sort order, registered in the target's catalog.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use iceberg::spec::TableMetadata;
-use iceberg::{MetadataLocation, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{MetadataLocation, NamespaceIdent, TableCreation};
 
 use super::{
     PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_OWNER, PROP_STATE, PROP_TARGET, PROP_UPLOAD_ID,
     STAGING_NAMESPACE, UploadId, UploadState, is_missing,
 };
-use crate::catalog::IcebergCatalog;
-use crate::config::{Ttl, bounded_ttl};
+use crate::catalog::{IcebergCatalog, TableName};
+use crate::config::{OptionDoc, Ttl, WithOptions, bounded_ttl, option};
 use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
+use crate::session::operation::Operation;
 
 /// How `CREATE UPLOAD` opens a session (its `WITH (...)` options).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -29,6 +31,66 @@ pub struct UploadOptions {
     /// answers the same session (a service derives it from an idempotency
     /// key); an id another upload holds is refused.
     pub upload_id: Option<UploadId>,
+}
+
+/// `CREATE UPLOAD FOR <table> [WITH (...)]`.
+#[derive(Debug)]
+pub(crate) struct CreateUpload {
+    pub(crate) target: TableName,
+    pub(crate) options: UploadOptions,
+}
+
+impl Operation for CreateUpload {
+    const NAME: &'static str = "CreateUpload";
+    type Outcome = UploadOpened;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<UploadOpened> {
+        create_upload(ctx, &self.target, &self.options).await
+    }
+}
+
+impl fmt::Display for CreateUpload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "target={}", self.target)?;
+        if let Some(ttl) = &self.options.ttl {
+            write!(f, ", ttl={ttl}")?;
+        }
+        if let Some(owner) = &self.options.owner {
+            write!(f, ", owner={owner}")?;
+        }
+        Ok(())
+    }
+}
+
+impl WithOptions for UploadOptions {
+    const STATEMENT: &'static str = "CREATE UPLOAD";
+    const OPTIONS: &'static [OptionDoc] = &[
+        OptionDoc {
+            key: "ttl",
+            default: "the session's `icestage.upload_ttl`",
+            doc: "how long the upload stays open (at most `icestage.max_ttl`)",
+        },
+        OptionDoc {
+            key: "owner",
+            default: "none",
+            doc: "who the upload belongs to (a service's caller)",
+        },
+        OptionDoc {
+            key: "upload_id",
+            default: "a new id",
+            doc: "a caller-chosen id: asking again with it, the same target and owner answers the same upload",
+        },
+    ];
+
+    fn parse(pairs: &[(String, String)]) -> Result<Self> {
+        Ok(Self {
+            ttl: option(pairs, "ttl").map(Ttl::parse).transpose()?,
+            owner: option(pairs, "owner").map(str::to_string),
+            upload_id: option(pairs, "upload_id")
+                .map(UploadId::parse)
+                .transpose()?,
+        })
+    }
 }
 
 result_row! {
@@ -179,14 +241,14 @@ async fn existing_upload(
     ))
 }
 
-pub(crate) async fn create_upload(
+async fn create_upload(
     ctx: &CommandContext,
-    catalog: &str,
-    target: &TableIdent,
+    table: &TableName,
     options: &UploadOptions,
 ) -> Result<UploadOpened> {
     let owner = options.owner.as_deref();
-    let catalog = ctx.icestage.catalog(catalog)?;
+    let catalog = ctx.icestage.catalog(&table.catalog)?;
+    let target = &table.ident;
     let target_name = target.to_string();
     if target.namespace().join(".") == STAGING_NAMESPACE {
         return Err(Error::invalid(format!(

@@ -19,6 +19,7 @@
 //!    purging (its data files now belong to the target) and delete its
 //!    metadata files.
 
+use std::fmt;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -40,10 +41,12 @@ use crate::catalog::Removal;
 use crate::catalog::commit::{Landed, append_once, summary_count};
 use crate::catalog::confine::delete_within;
 use crate::cluster::Cluster;
+use crate::config::{OptionDoc, WithOptions, flag_option, option};
 use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::log;
+use crate::session::operation::{Operation, flag};
 
 result_row! {
     /// What `PROMOTE UPLOAD` did.
@@ -84,18 +87,13 @@ result_row! {
     }
 }
 
-/// How one `PROMOTE UPLOAD` runs.
+/// How one `PROMOTE UPLOAD` runs: its `WITH (...)` options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromoteOptions {
     /// Validate and report; commit nothing.
     pub dry_run: bool,
     /// How the staged files are proven.
     pub verify: Verify,
-    /// How long this promotion's claim holds without renewal (it is renewed
-    /// every third of it while the promotion runs).
-    pub lease: Duration,
-    /// Where the proof and the rules' scans run: here (`None`) or on a Ballista cluster.
-    pub cluster: Option<Cluster>,
     /// How the rows land in the target (default: appended).
     pub mode: PromoteMode,
     /// Tag the snapshot that holds the rows `upload-<id>` in the target, so
@@ -111,8 +109,6 @@ impl Default for PromoteOptions {
         Self {
             dry_run: false,
             verify: Verify::Bytes,
-            lease: Duration::from_secs(60),
-            cluster: None,
             mode: PromoteMode::Append,
             tag: false,
             to_branch: None,
@@ -129,19 +125,128 @@ impl PromoteOptions {
     }
 }
 
-/// `PROMOTE UPLOAD` with `options` as its `WITH` gave them, and the
-/// session's claim lease and cluster.
-pub(crate) async fn promote_upload(
-    ctx: &CommandContext,
-    id: &UploadId,
-    options: &PromoteOptions,
-) -> Result<Promotion> {
-    let options = PromoteOptions {
-        lease: ctx.options.promotion_lease.duration(),
-        cluster: crate::cluster::of_options(&ctx.options)?,
-        ..options.clone()
-    };
-    promote(&ctx.icestage, id, options).await
+impl WithOptions for PromoteOptions {
+    const STATEMENT: &'static str = "PROMOTE UPLOAD";
+    const OPTIONS: &'static [OptionDoc] = &[
+        OptionDoc {
+            key: "dry_run",
+            default: "false",
+            doc: "validate and report; commit nothing",
+        },
+        OptionDoc {
+            key: "verify",
+            default: "`'bytes'`",
+            doc: "`'bytes'` reads every staged file; `'metadata'` trusts the manifests (only for trusted writers)",
+        },
+        OptionDoc {
+            key: "mode",
+            default: "`'append'`",
+            doc: "`'append'`, `'upsert'` (by `key`) or `'replace_partitions'`",
+        },
+        OptionDoc {
+            key: "key",
+            default: "the target's identifier fields, else its one UNIQUE rule",
+            doc: "the columns an upsert matches rows by: `'id'` or `'(region, id)'`",
+        },
+        OptionDoc {
+            key: "tag",
+            default: "false",
+            doc: "tag the snapshot holding the rows `upload-<id>`",
+        },
+        OptionDoc {
+            key: "to_branch",
+            default: "none (`main`)",
+            doc: "append to this audit branch instead; `PUBLISH UPLOAD` puts the rows on `main`",
+        },
+    ];
+
+    fn parse(pairs: &[(String, String)]) -> Result<Self> {
+        Ok(Self {
+            dry_run: flag_option(pairs, "dry_run")?,
+            verify: option(pairs, "verify")
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or_default(),
+            mode: PromoteMode::parse(
+                option(pairs, "mode").unwrap_or("append"),
+                option(pairs, "key"),
+            )?,
+            tag: flag_option(pairs, "tag")?,
+            to_branch: option(pairs, "to_branch").map(str::to_string),
+        })
+    }
+}
+
+/// One promotion: its options, and what the session it runs in adds.
+#[derive(Debug)]
+pub(crate) struct PromoteRun<'a> {
+    options: &'a PromoteOptions,
+    /// How long the claim holds without renewal (it is renewed every third
+    /// of it while the promotion runs): `icestage.promotion_lease`.
+    lease: Duration,
+    /// Where the proof and the rules' scans run: here (`None`) or on a
+    /// Ballista cluster (`icestage.cluster`).
+    cluster: Option<Cluster>,
+}
+
+impl std::ops::Deref for PromoteRun<'_> {
+    type Target = PromoteOptions;
+
+    fn deref(&self) -> &PromoteOptions {
+        self.options
+    }
+}
+
+/// `PROMOTE UPLOAD '<id>' [WITH (...)]`; `plan` describes the validation
+/// for EXPLAIN (filled in only when explaining).
+#[derive(Debug)]
+pub(crate) struct PromoteUpload {
+    pub(crate) id: UploadId,
+    pub(crate) options: PromoteOptions,
+    pub(crate) plan: Vec<String>,
+}
+
+impl Operation for PromoteUpload {
+    const NAME: &'static str = "PromoteUpload";
+    type Outcome = Promotion;
+
+    /// With the session's claim lease and cluster.
+    async fn run(&self, ctx: &CommandContext) -> Result<Promotion> {
+        let run = PromoteRun {
+            options: &self.options,
+            lease: ctx.options.promotion_lease.duration(),
+            cluster: crate::cluster::of_options(&ctx.options)?,
+        };
+        promote(&ctx.icestage, &self.id, &run).await
+    }
+}
+
+impl fmt::Display for PromoteUpload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let options = &self.options;
+        write!(f, "upload={}", self.id)?;
+        if let Some(branch) = &options.to_branch {
+            write!(f, ", to_branch={branch}")?;
+        }
+        write!(
+            f,
+            "{}{}",
+            flag(options.tag, "tag"),
+            flag(options.dry_run, "dry_run")
+        )?;
+        match &options.mode {
+            PromoteMode::Append => {}
+            PromoteMode::Upsert { key: Some(key) } => {
+                write!(f, ", mode=upsert, key=({})", key.join(", "))?
+            }
+            other => write!(f, ", mode={}", other.name())?,
+        }
+        write!(f, ", verify={}", options.verify.as_str())?;
+        for step in &self.plan {
+            write!(f, "\n  {step}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Whether `options` (their mode and branch) can promote upload `id` into
@@ -188,14 +293,14 @@ enum Attempt {
 /// Promotes upload `id`; see the module documentation. While another
 /// process's promotion holds the upload, this one waits for it (at most
 /// that claim's lease past its last renewal) and reports its outcome.
-pub(crate) async fn promote(
+async fn promote(
     icestage: &Catalogs,
     id: &UploadId,
-    options: PromoteOptions,
+    options: &PromoteRun<'_>,
 ) -> Result<Promotion> {
     let mut pause = std::time::Duration::from_millis(100);
     loop {
-        match promote_once(icestage, id, &options).await {
+        match promote_once(icestage, id, options).await {
             Ok(Attempt::Done(promotion)) => return Ok(promotion),
             Ok(Attempt::Busy) => {
                 tokio::time::sleep(pause).await;
@@ -225,7 +330,7 @@ pub(crate) async fn promote(
 async fn promote_once(
     icestage: &Catalogs,
     id: &UploadId,
-    options: &PromoteOptions,
+    options: &PromoteRun<'_>,
 ) -> Result<Attempt> {
     let Some(mut staging) = find_staging(icestage, id).await? else {
         let record = log::find(icestage, log::UPLOADS, id.as_str()).await?;
@@ -376,7 +481,7 @@ async fn release_claim(staging: &mut Staging, error: Error) -> Error {
 async fn promote_claimed(
     staging: &mut Staging,
     target: &Table,
-    options: &PromoteOptions,
+    options: &PromoteRun<'_>,
     key: Option<&[String]>,
 ) -> Result<Promotion> {
     let id = staging.id.clone();
@@ -572,7 +677,7 @@ async fn promote_claimed(
 async fn dry_run_validation(
     staging: &mut Staging,
     target: &Table,
-    options: &PromoteOptions,
+    options: &PromoteRun<'_>,
     key: Option<&[String]>,
 ) -> Result<Promotion> {
     let mut validation = validate(

@@ -15,6 +15,7 @@
 //!    is a compare-and-swap from the version checked in step 2, and a
 //!    commit that lands in between makes the attempt start again at step 1.
 
+use std::fmt;
 use std::sync::Arc;
 
 use iceberg::spec::{DataFile, MAIN_BRANCH};
@@ -32,7 +33,9 @@ use crate::catalog::{Catalogs, IcebergCatalog};
 use crate::cluster::RecipeTable;
 use crate::error::{Error, Result};
 use crate::rows::result_row;
+use crate::session::CommandContext;
 use crate::session::log;
+use crate::session::operation::Operation;
 use crate::tables::rules::{Rule, check_predicate, df_schema, rules_of};
 
 result_row! {
@@ -66,8 +69,29 @@ const NOT_PROMOTED: &str = "PUBLISH UPLOAD publishes an upload promoted with PRO
 /// How often a publication is checked and tried again on a newer `main`.
 const PUBLISH_ATTEMPTS: usize = 30;
 
+/// `PUBLISH UPLOAD '<id>'`.
+#[derive(Debug)]
+pub(crate) struct PublishUpload {
+    pub(crate) id: UploadId,
+}
+
+impl Operation for PublishUpload {
+    const NAME: &'static str = "PublishUpload";
+    type Outcome = Published;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<Published> {
+        publish_upload(&ctx.icestage, &self.id).await
+    }
+}
+
+impl fmt::Display for PublishUpload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "upload={}", self.id)
+    }
+}
+
 /// Publishes upload `id`; see the module documentation.
-pub(crate) async fn publish_upload(icestage: &Catalogs, id: &UploadId) -> Result<Published> {
+async fn publish_upload(icestage: &Catalogs, id: &UploadId) -> Result<Published> {
     let Some(record) = log::find::<UploadState>(icestage, log::UPLOADS, id.as_str()).await? else {
         // No record yet: the upload is still open (or never was).
         return Err(match super::find_staging(icestage, id).await? {

@@ -2,6 +2,7 @@
 //! the staging tables, the targets' snapshots and the upload logs.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 
 use chrono::{DateTime, Utc};
 use iceberg::TableIdent;
@@ -17,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::log;
+use crate::session::operation::Operation;
 
 result_row! {
     /// Where an upload stands: a row of `upload_status(id)` and `uploads()`.
@@ -159,17 +161,75 @@ pub(crate) async fn status_of(icestage: &Catalogs, id: &UploadId) -> Result<Opti
     log::find(icestage, log::UPLOADS, id.as_str()).await
 }
 
-pub(crate) async fn upload_status(ctx: &CommandContext, id: &UploadId) -> Result<UploadStatus> {
+/// `upload_status('<id>')`.
+#[derive(Debug)]
+pub(crate) struct ShowUpload {
+    pub(crate) id: UploadId,
+}
+
+impl Operation for ShowUpload {
+    const NAME: &'static str = "UploadStatus";
+    type Outcome = UploadStatus;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<UploadStatus> {
+        upload_status(ctx, &self.id).await
+    }
+}
+
+impl fmt::Display for ShowUpload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "upload={}", self.id)
+    }
+}
+
+/// `uploads()`.
+#[derive(Debug)]
+pub(crate) struct ListUploads;
+
+impl Operation for ListUploads {
+    const NAME: &'static str = "ListUploads";
+    type Outcome = Vec<UploadStatus>;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<Vec<UploadStatus>> {
+        list_uploads_since(ctx, None).await
+    }
+}
+
+impl fmt::Display for ListUploads {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Ok(())
+    }
+}
+
+/// `upload_findings('<id>')`.
+#[derive(Debug)]
+pub(crate) struct UploadFindings {
+    pub(crate) id: UploadId,
+}
+
+impl Operation for UploadFindings {
+    const NAME: &'static str = "UploadFindings";
+    type Outcome = Vec<UploadFinding>;
+
+    async fn run(&self, ctx: &CommandContext) -> Result<Vec<UploadFinding>> {
+        upload_findings(ctx, &self.id).await
+    }
+}
+
+impl fmt::Display for UploadFindings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "upload={}", self.id)
+    }
+}
+
+async fn upload_status(ctx: &CommandContext, id: &UploadId) -> Result<UploadStatus> {
     let status = status_of(&ctx.icestage, id)
         .await?
         .ok_or_else(|| Error::UnknownUpload(id.to_string()))?;
     Ok(status.into())
 }
 
-pub(crate) async fn upload_findings(
-    ctx: &CommandContext,
-    id: &UploadId,
-) -> Result<Vec<UploadFinding>> {
+async fn upload_findings(ctx: &CommandContext, id: &UploadId) -> Result<Vec<UploadFinding>> {
     let found = match find_staging(&ctx.icestage, id).await? {
         Some(staging) => findings::read(&staging.catalog, id)
             .await?
@@ -196,10 +256,6 @@ pub(crate) async fn upload_findings(
             message: f.message,
         })
         .collect())
-}
-
-pub(crate) async fn list_uploads(ctx: &CommandContext) -> Result<Vec<UploadStatus>> {
-    list_uploads_since(ctx, None).await
 }
 
 /// The open uploads, and the ended ones recorded since `since` (all of
