@@ -1,6 +1,4 @@
 #![doc = include_str!("../README.md")]
-#![deny(clippy::clone_on_ref_ptr)]
-#![warn(missing_docs)]
 
 mod aws;
 mod catalog;

@@ -293,6 +293,15 @@ impl Column for DateTime<Utc> {
     }
 }
 
+impl Column for i32 {
+    fn data_type() -> DataType {
+        DataType::Int32
+    }
+    fn value(&self) -> Value {
+        Value::Int(Some(i64::from(*self)))
+    }
+}
+
 impl Column for crate::secret::Secret {
     fn data_type() -> DataType {
         DataType::Utf8
@@ -333,6 +342,58 @@ macro_rules! named_column {
 }
 pub(crate) use named_column;
 
+/// A row of a table icestage keeps for itself (the copy log, its
+/// rejections, findings, a pipe's runs, webhook deliveries): the row type's
+/// columns are the table's schema and its fields are what is written, so the
+/// two cannot drift apart. `result_row!` derives it.
+pub(crate) trait StoredRow {
+    /// The columns, as the result row's.
+    fn columns() -> SchemaRef;
+
+    /// The row's values, in the columns' order.
+    fn values(&self) -> Vec<Value>;
+
+    /// The table's Iceberg schema: a field per column, ids from 1 in
+    /// order, optional where the column is nullable.
+    fn iceberg_schema() -> Result<iceberg::spec::Schema> {
+        iceberg_schema(&Self::columns())
+    }
+}
+
+/// The Iceberg schema of the columns of a stored row (see [`StoredRow`]).
+fn iceberg_schema(columns: &SchemaRef) -> Result<iceberg::spec::Schema> {
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+
+    let fields = columns
+        .fields()
+        .iter()
+        .zip(1..)
+        .map(|(field, id)| {
+            let kind = match field.data_type() {
+                DataType::Utf8 => PrimitiveType::String,
+                DataType::Int64 => PrimitiveType::Long,
+                DataType::Int32 => PrimitiveType::Int,
+                DataType::Boolean => PrimitiveType::Boolean,
+                DataType::Timestamp(_, Some(_)) => PrimitiveType::Timestamptz,
+                other => {
+                    return Err(Error::internal(format!(
+                        "stored column '{}' has type {other}, which no stored row uses",
+                        field.name()
+                    )));
+                }
+            };
+            let kind = Type::Primitive(kind);
+            Ok(Arc::new(match field.is_nullable() {
+                true => NestedField::optional(id, field.name(), kind),
+                false => NestedField::required(id, field.name(), kind),
+            }))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(iceberg::spec::Schema::builder()
+        .with_fields(fields)
+        .build()?)
+}
+
 /// Declares a public result struct and derives its [`ResultRow`]: one
 /// column per field, in order, named as the field, typed by its
 /// [`Column`] type (an `Option` field is a nullable column).
@@ -362,11 +423,19 @@ macro_rules! result_row {
             fn to_batch(
                 rows: &[Self],
             ) -> $crate::error::Result<::datafusion::arrow::array::RecordBatch> {
-                let values: Vec<Vec<$crate::rows::Value>> = rows
-                    .iter()
-                    .map(|row| vec![ $( $crate::rows::Column::value(&row.$field), )* ])
-                    .collect();
+                let values: Vec<Vec<$crate::rows::Value>> =
+                    rows.iter().map($crate::rows::StoredRow::values).collect();
                 $crate::rows::batch(<Self as $crate::rows::ResultRow>::schema(), &values)
+            }
+        }
+
+        impl $crate::rows::StoredRow for $name {
+            fn columns() -> ::datafusion::arrow::datatypes::SchemaRef {
+                <Self as $crate::rows::ResultRow>::schema()
+            }
+
+            fn values(&self) -> Vec<$crate::rows::Value> {
+                vec![ $( $crate::rows::Column::value(&self.$field), )* ]
             }
         }
     };
@@ -428,4 +497,91 @@ pub(crate) fn project(
         })
         .collect();
     Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
+}
+
+/// A stored row's Iceberg schema as `id name type required|optional`
+/// lines, for the tests that keep existing tables' schemas.
+#[cfg(test)]
+pub(crate) fn stored_shape<R: StoredRow>() -> Vec<String> {
+    R::iceberg_schema()
+        .unwrap()
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| {
+            let required = if f.required { "required" } else { "optional" };
+            format!("{} {} {} {required}", f.id, f.name, f.field_type)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tables icestage keeps for itself have the schemas earlier
+    /// versions created (field ids, names, types, optionality): a table
+    /// made before the schemas came from the row types reads and takes the
+    /// same rows.
+    #[test]
+    fn stored_rows_keep_the_schemas_of_existing_tables() {
+        use crate::ingest::copy_into::LogRow;
+        use crate::ingest::rejects::RejectRow;
+        use crate::pipe::RunRow;
+        use crate::upload::status::UploadFinding;
+
+        assert_eq!(
+            stored_shape::<UploadFinding>(),
+            [
+                "1 upload_id string required",
+                "2 rule string required",
+                "3 kind string required",
+                "4 row string required",
+                "5 file string optional",
+                "6 position long optional",
+                "7 values string required",
+                "8 message string required",
+            ]
+        );
+        assert_eq!(
+            stored_shape::<RunRow>(),
+            [
+                "1 run_id string required",
+                "2 started_at timestamptz required",
+                "3 finished_at timestamptz required",
+                "4 runner string required",
+                "5 files_loaded long required",
+                "6 rows long required",
+                "7 files_failed long required",
+                "8 snapshot_id long optional",
+                "9 message string required",
+            ]
+        );
+        assert_eq!(
+            stored_shape::<LogRow>(),
+            [
+                "1 target_table string required",
+                "2 file string required",
+                "3 size long optional",
+                "4 etag string optional",
+                "5 version string optional",
+                "6 copy_id string required",
+                "7 state string required",
+                "8 recorded_at timestamptz required",
+            ]
+        );
+        assert_eq!(
+            stored_shape::<RejectRow>(),
+            [
+                "1 target_table string required",
+                "2 copy_id string required",
+                "3 file string required",
+                "4 line long optional",
+                "5 column string optional",
+                "6 error string required",
+                "7 record string optional",
+                "8 recorded_at timestamptz required",
+            ]
+        );
+    }
 }

@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
@@ -24,7 +24,7 @@ use datafusion::arrow::datatypes::{Field, FieldRef, Schema as ArrowSchema};
 use datafusion::error::DataFusionError;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::expr::Reference;
-use iceberg::spec::{Datum, PrimitiveType, Schema, TableMetadataBuilder};
+use iceberg::spec::{Datum, Schema, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableCreation, TableIdent};
 use object_store::ObjectStoreExt;
@@ -41,15 +41,14 @@ pub(crate) use super::source::{Access, SourceFile};
 use super::write::{Copying, Written, open_file};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::TableName;
-use crate::catalog::bridge::insert::append_rows;
+use crate::catalog::bridge::insert::append_stored;
 use crate::catalog::commit::{Evidence, append_once_guarded};
 use crate::catalog::scoped::{LoadCheck, with_current_schema};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::rows::ResultRow;
-use crate::rows::{Value, result_row};
+use crate::rows::{ResultRow, StoredRow, result_row};
 use crate::session::CommandContext;
-use crate::session::log::{icestage_table, per_target_schema};
+use crate::session::log::icestage_table;
 use crate::session::operation::{Operation, Outcome};
 use crate::session::{failpoint, is_missing};
 use crate::tables::ddl::iceberg_schema;
@@ -64,23 +63,51 @@ fn log_ident() -> TableIdent {
     icestage_table(COPY_LOG_TABLE)
 }
 
-fn log_schema() -> Result<Schema> {
-    use PrimitiveType::{Long, String as Text};
-    per_target_schema(&[
-        ("file", Text, true),
-        ("size", Long, false),
-        ("etag", Text, false),
-        ("version", Text, false),
-        ("copy_id", Text, true),
-        ("state", Text, true),
-    ])
+result_row! {
+    /// One row of the copy log: a file a copy into `target_table` loaded,
+    /// or, with an empty `file`, where the copy itself stands.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct LogRow {
+        /// The target, `namespace.table` (what the log is partitioned by).
+        pub target_table: String,
+        /// The file's URI (empty in a row about the whole copy).
+        pub file: String,
+        /// Its size when loaded.
+        pub size: Option<i64>,
+        /// Its ETag when loaded.
+        pub etag: Option<String>,
+        /// Its version when loaded, on a versioned bucket.
+        pub version: Option<String>,
+        /// The copy.
+        pub copy_id: String,
+        /// `loading`, `committed`, ...
+        pub state: String,
+        /// When the row was written.
+        pub recorded_at: DateTime<Utc>,
+    }
+}
+
+impl LogRow {
+    /// A row about the whole copy `copy_id` into `target`: its `state`.
+    fn marker(target: &str, copy_id: &str, state: &str) -> Self {
+        Self {
+            target_table: target.to_string(),
+            file: String::new(),
+            size: None,
+            etag: None,
+            version: None,
+            copy_id: copy_id.to_string(),
+            state: state.to_string(),
+            recorded_at: Utc::now(),
+        }
+    }
 }
 
 async fn log_table(catalog: &IcebergCatalog) -> Result<Table> {
     // Partitioned by target table: a copy reads the entries of its own
     // target only.
     catalog
-        .owned_table(&log_ident(), log_schema, Some((1, "by_target")))
+        .owned_table(&log_ident(), LogRow::iceberg_schema, Some((1, "by_target")))
         .await
 }
 
@@ -239,41 +266,25 @@ async fn log_rows(
     files: &[SourceFile],
 ) -> Result<()> {
     let table = log_table(catalog).await?;
-    let now = Some(Utc::now());
-    let rows: Vec<Vec<Value>> = if files.is_empty() {
-        vec![marker(target, copy_id, state)]
+    let now = Utc::now();
+    let rows: Vec<LogRow> = if files.is_empty() {
+        vec![LogRow::marker(target, copy_id, state)]
     } else {
         files
             .iter()
-            .map(|f| {
-                vec![
-                    Value::from(target),
-                    Value::from(f.uri.clone()),
-                    Value::from(f.meta.size as i64),
-                    Value::from(f.etag().map(str::to_string)),
-                    Value::from(f.meta.version.clone()),
-                    Value::from(copy_id),
-                    Value::from(state),
-                    Value::from(now),
-                ]
+            .map(|f| LogRow {
+                target_table: target.to_string(),
+                file: f.uri.clone(),
+                size: Some(f.meta.size as i64),
+                etag: f.etag().map(str::to_string),
+                version: f.meta.version.clone(),
+                copy_id: copy_id.to_string(),
+                state: state.to_string(),
+                recorded_at: now,
             })
             .collect()
     };
-    append_rows(catalog, &table, &rows).await
-}
-
-/// A log row about a whole copy (no file): its `state`.
-fn marker(target: &str, copy_id: &str, state: &str) -> Vec<Value> {
-    vec![
-        Value::from(target),
-        Value::from(""),
-        Value::Int(None),
-        Value::Str(None),
-        Value::Str(None),
-        Value::from(copy_id),
-        Value::from(state),
-        Value::from(Some(Utc::now())),
-    ]
+    append_stored(catalog, &table, &rows).await
 }
 
 /// Marks `copies` into `target` committed in the log, in one commit: what
@@ -287,11 +298,11 @@ pub(crate) async fn mark_committed(
         return Ok(());
     }
     let table = log_table(catalog).await?;
-    let rows: Vec<Vec<Value>> = copies
+    let rows: Vec<LogRow> = copies
         .iter()
-        .map(|copy| marker(target, copy, "committed"))
+        .map(|copy| LogRow::marker(target, copy, "committed"))
         .collect();
-    append_rows(catalog, &table, &rows).await
+    append_stored(catalog, &table, &rows).await
 }
 
 /// The columns a new target takes from its first file: the file's own,

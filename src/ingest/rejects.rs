@@ -13,15 +13,15 @@ use datafusion::arrow::datatypes::{DataType, Int64Type, TimestampMicrosecondType
 use futures::TryStreamExt;
 use iceberg::TableIdent;
 use iceberg::expr::Reference;
-use iceberg::spec::{Datum, PrimitiveType, Schema};
+use iceberg::spec::Datum;
 
 use super::records::Rejected;
 use crate::catalog::IcebergCatalog;
-use crate::catalog::bridge::insert::append_rows;
+use crate::catalog::bridge::insert::append_stored;
 use crate::error::{Error, Result};
-use crate::rows::{Value, result_row};
+use crate::rows::{StoredRow, result_row};
 use crate::session::is_missing;
-use crate::session::log::{icestage_table, per_target_schema};
+use crate::session::log::icestage_table;
 
 /// Name of the rejections table (in the `icestage` namespace).
 pub const COPY_REJECTS_TABLE: &str = "copy_rejects";
@@ -30,16 +30,28 @@ fn rejects_ident() -> TableIdent {
     icestage_table(COPY_REJECTS_TABLE)
 }
 
-fn rejects_schema() -> Result<Schema> {
-    use PrimitiveType::{Long, String as Text};
-    per_target_schema(&[
-        ("copy_id", Text, true),
-        ("file", Text, true),
-        ("line", Long, false),
-        ("column", Text, false),
-        ("error", Text, true),
-        ("record", Text, false),
-    ])
+result_row! {
+    /// One row of the rejections table: a rejected row of a copy into
+    /// `target_table`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct RejectRow {
+        /// The target, `namespace.table` (what the table is partitioned by).
+        pub target_table: String,
+        /// The copy that rejected it.
+        pub copy_id: String,
+        /// The source file's URI.
+        pub file: String,
+        /// Its line or row number, from 1.
+        pub line: Option<i64>,
+        /// The column at fault, when one is.
+        pub column: Option<String>,
+        /// What is wrong.
+        pub error: String,
+        /// The record as read.
+        pub record: Option<String>,
+        /// When the copy recorded it.
+        pub recorded_at: DateTime<Utc>,
+    }
 }
 
 /// Records `rejected` rows of copy `copy_id` into `target`, in one commit
@@ -54,25 +66,27 @@ pub(crate) async fn record(
         return Ok(());
     }
     let table = catalog
-        .owned_table(&rejects_ident(), rejects_schema, Some((1, "by_target")))
+        .owned_table(
+            &rejects_ident(),
+            RejectRow::iceberg_schema,
+            Some((1, "by_target")),
+        )
         .await?;
-    let now = Some(Utc::now());
-    let rows: Vec<Vec<Value>> = rejected
+    let now = Utc::now();
+    let rows: Vec<RejectRow> = rejected
         .iter()
-        .map(|r| {
-            vec![
-                Value::from(target),
-                Value::from(copy_id),
-                Value::from(r.file.clone()),
-                Value::from(Some(r.line)),
-                Value::from(r.column.clone()),
-                Value::from(r.error.clone()),
-                Value::from(Some(r.record.clone())),
-                Value::from(now),
-            ]
+        .map(|r| RejectRow {
+            target_table: target.to_string(),
+            copy_id: copy_id.to_string(),
+            file: r.file.clone(),
+            line: Some(r.line),
+            column: r.column.clone(),
+            error: r.error.clone(),
+            record: Some(r.record.clone()),
+            recorded_at: now,
         })
         .collect();
-    append_rows(catalog, &table, &rows).await
+    append_stored(catalog, &table, &rows).await
 }
 
 result_row! {

@@ -2,23 +2,22 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 
 use chrono::Utc;
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use iceberg::{TableCreation, TableIdent};
 
 use super::options::{PipeOptions, copy_source_options};
 use super::status::{PipeStatus, status};
 use super::{
     PROP_COPY_OPTIONS, PROP_CREATED_AT, PROP_INTERVAL, PROP_LEASE, PROP_LIST_INTERVAL, PROP_NAME,
-    PROP_QUEUE, PROP_STATE, PROP_TARGET, PROP_URI, PipeName, PipeState,
+    PROP_QUEUE, PROP_STATE, PROP_TARGET, PROP_URI, PipeName, PipeState, RunRow,
 };
 use crate::catalog::Catalogs;
 use crate::catalog::TableName;
 use crate::config::format_duration;
 use crate::error::{Error, Result};
 use crate::ingest::{Format, SourceOptions};
+use crate::rows::StoredRow;
 use crate::session::CommandContext;
 use crate::session::operation::Operation;
 
@@ -115,27 +114,6 @@ impl fmt::Display for CreatePipe {
     }
 }
 
-/// The pipe's runs: one row per run that loaded or failed something.
-fn runs_schema() -> Result<Schema> {
-    let string = || Type::Primitive(PrimitiveType::String);
-    let long = || Type::Primitive(PrimitiveType::Long);
-    let time = || Type::Primitive(PrimitiveType::Timestamptz);
-    let fields = vec![
-        NestedField::required(1, "run_id", string()),
-        NestedField::required(2, "started_at", time()),
-        NestedField::required(3, "finished_at", time()),
-        NestedField::required(4, "runner", string()),
-        NestedField::required(5, "files_loaded", long()),
-        NestedField::required(6, "rows", long()),
-        NestedField::required(7, "files_failed", long()),
-        NestedField::optional(8, "snapshot_id", long()),
-        NestedField::required(9, "message", string()),
-    ];
-    Ok(Schema::builder()
-        .with_fields(fields.into_iter().map(Arc::new))
-        .build()?)
-}
-
 /// The format of a pipe without one: what the files under its prefix
 /// announce, when they agree.
 async fn format_of(create: &CreatePipe, options: &SourceOptions) -> Result<Format> {
@@ -209,7 +187,7 @@ async fn create(icestage: &Catalogs, create: &CreatePipe) -> Result<PipeStatus> 
     catalog.ensure_namespace(ident.namespace()).await?;
     let creation = TableCreation::builder()
         .name(ident.name().to_string())
-        .schema(runs_schema()?)
+        .schema(RunRow::iceberg_schema()?)
         .properties(properties)
         .build();
     match catalog

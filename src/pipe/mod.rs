@@ -50,8 +50,34 @@ use crate::config::parse_duration;
 use crate::error::{Error, Result};
 use crate::ingest::SourceOptions;
 use crate::ingest::copy_into::Loaded;
+use crate::rows::result_row;
 use crate::session::log::ICESTAGE_NAMESPACE;
 use crate::session::{is_missing, property_time, state_named};
+
+result_row! {
+    /// One row of a pipe's table: a run that loaded or failed something.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct RunRow {
+        /// The run.
+        pub run_id: String,
+        /// When it started.
+        pub started_at: DateTime<Utc>,
+        /// When it ended.
+        pub finished_at: DateTime<Utc>,
+        /// The process that ran it.
+        pub runner: String,
+        /// Files loaded.
+        pub files_loaded: i64,
+        /// Rows loaded.
+        pub rows: i64,
+        /// Files that failed.
+        pub files_failed: i64,
+        /// The snapshot that holds the rows, if any.
+        pub snapshot_id: Option<i64>,
+        /// What happened, in words.
+        pub message: String,
+    }
+}
 
 /// Prefix of a pipe's table name in the `icestage` namespace.
 pub const PIPE_TABLE_PREFIX: &str = "pipe_";

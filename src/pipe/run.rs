@@ -10,8 +10,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::notify::Notifications;
-use super::{Failure, MAX_REMEMBERED_FAILURES, Pipe, PipeName, list, load, short_error};
-use crate::catalog::bridge::insert::append_rows;
+use super::{Failure, MAX_REMEMBERED_FAILURES, Pipe, PipeName, RunRow, list, load, short_error};
+use crate::catalog::bridge::insert::append_stored;
 use crate::catalog::commit::{Swap, swap_properties};
 use crate::catalog::{Catalogs, IcebergCatalog};
 use crate::cluster::Cluster;
@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ingest::copy_into::{CopyRun, Loaded, copy_files, loaded_files};
 use crate::ingest::source::{Access, SourceFile, candidates, files_at};
 use crate::progress::NoProgress;
-use crate::rows::{Value, result_row};
+use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::is_missing;
 use crate::session::operation::Operation;
@@ -334,23 +334,18 @@ async fn record_run(
     finished: DateTime<Utc>,
     run: &PipeRun,
 ) -> Result<()> {
-    let run_id = uuid::Uuid::new_v4().to_string();
-    append_rows(
-        catalog,
-        &pipe.table,
-        &[vec![
-            Value::from(run_id),
-            Value::from(Some(started)),
-            Value::from(Some(finished)),
-            Value::from(run.runner.clone()),
-            Value::from(run.files_loaded),
-            Value::from(run.rows),
-            Value::from(run.files_failed),
-            Value::from(run.snapshot_id),
-            Value::from(run.message.clone()),
-        ]],
-    )
-    .await
+    let row = RunRow {
+        run_id: uuid::Uuid::new_v4().to_string(),
+        started_at: started,
+        finished_at: finished,
+        runner: run.runner.clone(),
+        files_loaded: run.files_loaded,
+        rows: run.rows,
+        files_failed: run.files_failed,
+        snapshot_id: run.snapshot_id,
+        message: run.message.clone(),
+    };
+    append_stored(catalog, &pipe.table, &[row]).await
 }
 
 /// What one run found and did.

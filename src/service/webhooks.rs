@@ -10,7 +10,6 @@
 //! Failed deliveries are retried with exponential backoff (up to 5 minutes).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -18,18 +17,17 @@ use datafusion::arrow::array::AsArray;
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
 use hmac::{Hmac, Mac};
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
 use super::{AppState, WebhookSettings, json_of};
-use crate::catalog::bridge::insert::append_rows;
+use crate::catalog::bridge::insert::append_stored;
 use crate::catalog::manifests::lookup::Wanted;
 use crate::config::parse_duration;
 use crate::download::DownloadState;
-use crate::rows::Value as RowValue;
+use crate::rows::{StoredRow, result_row};
 use crate::session::log::ICESTAGE_NAMESPACE;
 use crate::upload::UploadState;
 
@@ -126,19 +124,17 @@ fn deliveries_ident() -> TableIdent {
     )
 }
 
-fn deliveries_schema() -> crate::error::Result<Schema> {
-    let fields = vec![
-        NestedField::required(1, "event_id", Type::Primitive(PrimitiveType::String)),
-        NestedField::required(
-            2,
-            "delivered_at",
-            Type::Primitive(PrimitiveType::Timestamptz),
-        ),
-        NestedField::required(3, "status", Type::Primitive(PrimitiveType::Int)),
-    ];
-    Ok(Schema::builder()
-        .with_fields(fields.into_iter().map(Arc::new))
-        .build()?)
+result_row! {
+    /// One acknowledged delivery: a row of `icestage.webhook_deliveries`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct DeliveryRow {
+        /// The event delivered.
+        pub event_id: String,
+        /// When the receiver acknowledged it.
+        pub delivered_at: DateTime<Utc>,
+        /// The HTTP status it answered.
+        pub status: i32,
+    }
 }
 
 async fn deliveries(state: &AppState) -> crate::error::Result<Table> {
@@ -147,7 +143,7 @@ async fn deliveries(state: &AppState) -> crate::error::Result<Table> {
         .ensure_namespace(&NamespaceIdent::new(ICESTAGE_NAMESPACE.to_string()))
         .await?;
     catalog
-        .table_or_create(&deliveries_ident(), deliveries_schema)
+        .table_or_create(&deliveries_ident(), DeliveryRow::iceberg_schema)
         .await
 }
 
@@ -194,17 +190,15 @@ async fn delivered(
 async fn record(state: &AppState, acknowledged: &[(String, u16)]) -> crate::error::Result<()> {
     let table = deliveries(state).await?;
     let now = Utc::now();
-    let rows: Vec<Vec<RowValue>> = acknowledged
+    let rows: Vec<DeliveryRow> = acknowledged
         .iter()
-        .map(|(id, status)| {
-            vec![
-                RowValue::from(id.clone()),
-                RowValue::from(Some(now)),
-                RowValue::from(i64::from(*status)),
-            ]
+        .map(|(id, status)| DeliveryRow {
+            event_id: id.clone(),
+            delivered_at: now,
+            status: i32::from(*status),
         })
         .collect();
-    append_rows(state.0.icestage.default_catalog(), &table, &rows).await
+    append_stored(state.0.icestage.default_catalog(), &table, &rows).await
 }
 
 /// Runs for as long as the service does.
@@ -300,5 +294,23 @@ pub(crate) async fn dispatch(state: AppState, webhook: WebhookSettings) {
             // at least once.
             let _ = record(&state, &acknowledged).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeliveryRow;
+
+    /// The deliveries table keeps the schema earlier versions created.
+    #[test]
+    fn deliveries_keep_their_schema() {
+        assert_eq!(
+            crate::rows::stored_shape::<DeliveryRow>(),
+            [
+                "1 event_id string required",
+                "2 delivered_at timestamptz required",
+                "3 status int required",
+            ]
+        );
     }
 }

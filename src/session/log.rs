@@ -70,35 +70,6 @@ fn log_ident(log: SessionLog) -> TableIdent {
     icestage_table(log.table)
 }
 
-/// The schema of an icestage table that records events about target
-/// tables: `target_table` (field 1, what it is partitioned by), then
-/// `columns` (ids from 2, in order; `true` for required), then
-/// `recorded_at`.
-pub(crate) fn per_target_schema(columns: &[(&str, PrimitiveType, bool)]) -> Result<Schema> {
-    let field = |id: usize, name: &str, kind: &PrimitiveType, required: bool| {
-        let kind = Type::Primitive(kind.clone());
-        Arc::new(match required {
-            true => NestedField::required(id as i32, name, kind),
-            false => NestedField::optional(id as i32, name, kind),
-        })
-    };
-    let last = columns.len() + 2;
-    let fields = std::iter::once(field(1, "target_table", &PrimitiveType::String, true))
-        .chain(
-            columns
-                .iter()
-                .enumerate()
-                .map(|(n, (name, kind, required))| field(n + 2, name, kind, *required)),
-        )
-        .chain(std::iter::once(field(
-            last,
-            RECORDED_AT,
-            &PrimitiveType::Timestamptz,
-            true,
-        )));
-    Ok(Schema::builder().with_fields(fields).build()?)
-}
-
 /// The table `name` of icestage's own namespace.
 pub(crate) fn icestage_table(name: &str) -> TableIdent {
     TableIdent::new(

@@ -19,6 +19,7 @@ use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::log;
 use crate::session::operation::Operation;
+pub use crate::upload::validation::findings::UploadFinding;
 
 result_row! {
     /// Where an upload stands: a row of `upload_status(id)` and `uploads()`.
@@ -77,29 +78,6 @@ impl From<UploadRecord> for UploadStatus {
             message: record.message,
             owner: record.owner,
         }
-    }
-}
-
-result_row! {
-    /// One rule violation of an upload: a row of `upload_findings(id)`.
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct UploadFinding {
-        /// The session validated.
-        pub upload_id: UploadId,
-        /// The rule's name (`schema`, `not_null`, or a constraint's name).
-        pub rule: String,
-        /// `check`, `unique`, `not_null`, ...
-        pub kind: String,
-        /// Which row: its key columns (`id=7`), or file and position.
-        pub row: String,
-        /// The data file holding the row, when known.
-        pub file: Option<String>,
-        /// The row's position in that file, when known.
-        pub position: Option<i64>,
-        /// The offending values, as a JSON object.
-        pub values: String => json,
-        /// What is wrong, in words.
-        pub message: String,
     }
 }
 
@@ -243,19 +221,7 @@ async fn upload_findings(ctx: &CommandContext, id: &UploadId) -> Result<Vec<Uplo
             None => return Err(Error::UnknownUpload(id.to_string())),
         },
     };
-    Ok(found
-        .into_iter()
-        .map(|f| UploadFinding {
-            upload_id: id.clone(),
-            rule: f.rule,
-            kind: f.kind,
-            row: f.row,
-            file: f.file,
-            position: f.position,
-            values: f.values,
-            message: f.message,
-        })
-        .collect())
+    Ok(found.into_iter().map(|f| f.of_upload(id)).collect())
 }
 
 /// The open uploads, and the ended ones recorded since `since` (all of

@@ -36,7 +36,7 @@ use crate::catalog::bridge::writer::{write_partitions, write_rows};
 use crate::catalog::commit::append_files;
 use crate::error::Result;
 use crate::rows::one_batch;
-use crate::rows::{Value, batch};
+use crate::rows::{StoredRow, Value, batch};
 
 /// An Iceberg table as DataFusion sees it: iceberg-datafusion's provider for
 /// reading, [`insert_into`] for `INSERT INTO`.
@@ -170,6 +170,17 @@ pub(crate) async fn insert_into(
         catalog.appended(appended, Owner::User);
     }
     Ok(rows)
+}
+
+/// Appends `rows` to `table`, the icestage table whose schema their type
+/// gives (see [`StoredRow`]); as [`append_rows`].
+pub(crate) async fn append_stored<R: StoredRow>(
+    catalog: &IcebergCatalog,
+    table: &Table,
+    rows: &[R],
+) -> Result<()> {
+    let values: Vec<Vec<Value>> = rows.iter().map(StoredRow::values).collect();
+    append_rows(catalog, table, &values).await
 }
 
 /// Appends `rows` (a few log rows, values in the order of the table's

@@ -8,13 +8,12 @@ use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 use futures::TryStreamExt;
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use crate::catalog::IcebergCatalog;
-use crate::catalog::bridge::insert::append_rows;
+use crate::catalog::bridge::insert::append_stored;
 use crate::error::{Error, Result};
-use crate::rows::Value;
+use crate::rows::{StoredRow, result_row};
 use crate::upload::{STAGING_NAMESPACE, UploadId};
 
 /// Prefix of a findings table's name; the upload id follows.
@@ -39,18 +38,42 @@ pub(crate) struct Finding {
     pub(crate) message: String,
 }
 
+result_row! {
+    /// One rule violation of an upload: a row of `upload_findings(id)`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct UploadFinding {
+        /// The session validated.
+        pub upload_id: UploadId,
+        /// The rule's name (`schema`, `not_null`, or a constraint's name).
+        pub rule: String,
+        /// `check`, `unique`, `not_null`, ...
+        pub kind: String,
+        /// Which row: its key columns (`id=7`), or file and position.
+        pub row: String,
+        /// The data file holding the row, when known.
+        pub file: Option<String>,
+        /// The row's position in that file, when known.
+        pub position: Option<i64>,
+        /// The offending values, as a JSON object.
+        pub values: String => json,
+        /// What is wrong, in words.
+        pub message: String,
+    }
+}
+
 impl Finding {
-    pub(crate) fn row_values(&self, upload: &UploadId) -> Vec<Value> {
-        vec![
-            Value::from(upload.to_string()),
-            Value::from(self.rule.clone()),
-            Value::from(self.kind.clone()),
-            Value::from(self.row.clone()),
-            Value::from(self.file.clone()),
-            Value::from(self.position),
-            Value::from(self.values.clone()),
-            Value::from(self.message.clone()),
-        ]
+    /// The finding as a row of upload `upload`'s findings.
+    pub(crate) fn of_upload(self, upload: &UploadId) -> UploadFinding {
+        UploadFinding {
+            upload_id: upload.clone(),
+            rule: self.rule,
+            kind: self.kind,
+            row: self.row,
+            file: self.file,
+            position: self.position,
+            values: self.values,
+            message: self.message,
+        }
     }
 }
 
@@ -59,23 +82,6 @@ pub(crate) fn findings_ident(id: &UploadId) -> TableIdent {
         NamespaceIdent::new(STAGING_NAMESPACE.to_string()),
         format!("{FINDINGS_TABLE_PREFIX}{id}"),
     )
-}
-
-fn findings_schema() -> Result<Schema> {
-    let string = || Type::Primitive(PrimitiveType::String);
-    let fields = vec![
-        NestedField::required(1, "upload_id", string()),
-        NestedField::required(2, "rule", string()),
-        NestedField::required(3, "kind", string()),
-        NestedField::required(4, "row", string()),
-        NestedField::optional(5, "file", string()),
-        NestedField::optional(6, "position", Type::Primitive(PrimitiveType::Long)),
-        NestedField::required(7, "values", string()),
-        NestedField::required(8, "message", string()),
-    ];
-    Ok(Schema::builder()
-        .with_fields(fields.into_iter().map(Arc::new))
-        .build()?)
 }
 
 /// Replaces the findings of upload `id` with `findings`.
@@ -88,7 +94,7 @@ pub(crate) async fn replace(
     let ident = findings_ident(id);
     let creation = TableCreation::builder()
         .name(ident.name().to_string())
-        .schema(findings_schema()?)
+        .schema(UploadFinding::iceberg_schema()?)
         .build();
     let table = catalog
         .catalog()
@@ -97,8 +103,8 @@ pub(crate) async fn replace(
     if findings.is_empty() {
         return Ok(());
     }
-    let rows: Vec<Vec<Value>> = findings.iter().map(|f| f.row_values(id)).collect();
-    append_rows(catalog, &table, &rows).await
+    let rows: Vec<UploadFinding> = findings.iter().map(|f| f.clone().of_upload(id)).collect();
+    append_stored(catalog, &table, &rows).await
 }
 
 /// Removes the findings of upload `id`, with their files.
