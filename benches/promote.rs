@@ -4,7 +4,10 @@
 //!
 //! The comparison with the reference PyIceberg flow at 1M-10M rows is
 //! `benches/compare_promote.py` (see the README).
-#![expect(missing_docs, reason = "criterion_group! declares an undocumented pub fn")]
+#![expect(
+    missing_docs,
+    reason = "criterion_group! declares an undocumented pub fn"
+)]
 
 mod support;
 
