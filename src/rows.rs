@@ -499,12 +499,17 @@ pub(crate) fn project(
     Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
 }
 
-/// A stored row's Iceberg schema as `id name type required|optional`
-/// lines, for the tests that keep existing tables' schemas.
+/// A stored row's Iceberg schema as [`schema_shape`] writes it.
 #[cfg(test)]
 pub(crate) fn stored_shape<R: StoredRow>() -> Vec<String> {
-    R::iceberg_schema()
-        .unwrap()
+    schema_shape(&R::iceberg_schema().unwrap())
+}
+
+/// An Iceberg schema as `id name type required|optional` lines, for the
+/// tests that keep existing tables' schemas.
+#[cfg(test)]
+pub(crate) fn schema_shape(schema: &iceberg::spec::Schema) -> Vec<String> {
+    schema
         .as_struct()
         .fields()
         .iter()

@@ -6,7 +6,6 @@
 //! [`router`] builds the API (tested in-process); [`serve`] binds it and
 //! starts the webhook dispatcher.
 
-mod catalog_view;
 mod config;
 mod filter;
 mod handlers;
@@ -14,8 +13,7 @@ mod limit;
 mod log;
 mod oauth;
 mod openapi;
-mod rest;
-mod rest_error;
+mod rest_catalog;
 mod webhooks;
 
 use std::collections::HashSet;
@@ -180,7 +178,8 @@ impl AppState {
         });
         if self.0.config.service.require_remote_signing {
             // The client asks for signing, as the service will answer.
-            connection[rest::ACCESS_DELEGATION_PROPERTY] = json!(rest::REMOTE_SIGNING);
+            connection[rest_catalog::auth::ACCESS_DELEGATION_PROPERTY] =
+                json!(rest_catalog::auth::REMOTE_SIGNING);
         }
         connection
     }
@@ -613,13 +612,13 @@ pub fn router(state: AppState) -> Router {
             "/downloads/{id}/credentials",
             post(handlers::download_credentials),
         )
-        .merge(rest::routes())
+        .merge(rest_catalog::routes::routes())
         .merge(oauth::routes())
         .route("/metrics", get(metrics))
         .fallback(|uri: axum::http::Uri| async move {
             // The REST catalog answers in its protocol's shape.
             if uri.path().starts_with("/iceberg/") {
-                return rest::not_served(uri).await;
+                return rest_catalog::routes::not_served(uri).await;
             }
             ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -9,17 +9,17 @@ use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use iceberg::spec::Schema;
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 
 use super::{SessionRecord, is_missing};
 use crate::catalog::Catalogs;
 use crate::catalog::IcebergCatalog;
-use crate::catalog::bridge::insert::append_rows;
+use crate::catalog::bridge::insert::append_stored;
 use crate::catalog::manifests::lookup::Wanted;
 use crate::error::{Error, Result};
-use crate::rows::Value;
+use crate::rows::{StoredRow, result_row};
 use std::fmt::Display;
 use std::str::FromStr;
 
@@ -78,27 +78,60 @@ pub(crate) fn icestage_table(name: &str) -> TableIdent {
     )
 }
 
+result_row! {
+    /// One record of a session log as stored. Fields 1, 3 and 4 take the
+    /// log's own names ([`SessionLog`]); the rest are named as here.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct SessionLogRow {
+        /// The session's id.
+        pub id: String,
+        /// Its state then.
+        pub state: String,
+        /// An upload's target table; a download's sources (JSON).
+        pub target: String,
+        /// An upload's staging table; a download's table.
+        pub staging: Option<String>,
+        /// When the session was opened.
+        pub created_at: Option<DateTime<Utc>>,
+        /// When it expires.
+        pub expires_at: Option<DateTime<Utc>>,
+        /// When the record was written.
+        pub recorded_at: DateTime<Utc>,
+        /// Rows promoted or written.
+        pub rows: Option<i64>,
+        /// Files promoted or written.
+        pub files: Option<i64>,
+        /// The snapshot promoted or read.
+        pub snapshot_id: Option<i64>,
+        /// Why it failed, or what it did.
+        pub message: Option<String>,
+        /// Who opened it.
+        pub owner: Option<String>,
+    }
+}
+
+/// The schema of `log`: [`SessionLogRow`]'s, with the log's names for fields 1, 3
+/// and 4.
 fn log_schema(log: SessionLog) -> Result<Schema> {
-    let string = || Type::Primitive(PrimitiveType::String);
-    let long = || Type::Primitive(PrimitiveType::Long);
-    let time = || Type::Primitive(PrimitiveType::Timestamptz);
-    let fields = vec![
-        NestedField::required(ID_FIELD, log.id, string()),
-        NestedField::required(2, "state", string()),
-        NestedField::required(TARGET_FIELD, log.target, string()),
-        NestedField::optional(STAGING_FIELD, log.staging, string()),
-        NestedField::optional(5, "created_at", time()),
-        NestedField::optional(6, "expires_at", time()),
-        NestedField::required(7, RECORDED_AT, time()),
-        NestedField::optional(8, "rows", long()),
-        NestedField::optional(9, "files", long()),
-        NestedField::optional(10, "snapshot_id", long()),
-        NestedField::optional(11, "message", string()),
-        NestedField::optional(12, "owner", string()),
+    let named = [
+        (ID_FIELD, log.id),
+        (TARGET_FIELD, log.target),
+        (STAGING_FIELD, log.staging),
     ];
-    Ok(Schema::builder()
-        .with_fields(fields.into_iter().map(Arc::new))
-        .build()?)
+    let fields = SessionLogRow::iceberg_schema()?
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|field| match named.iter().find(|(id, _)| *id == field.id) {
+            Some((_, name)) => {
+                let mut renamed = field.as_ref().clone();
+                renamed.name = (*name).to_string();
+                Arc::new(renamed)
+            }
+            None => Arc::clone(field),
+        })
+        .collect::<Vec<_>>();
+    Ok(Schema::builder().with_fields(fields).build()?)
 }
 
 /// The log table of `catalog`, created on first use.
@@ -121,21 +154,21 @@ pub(crate) async fn append<S: Display>(
     record: &SessionRecord<S>,
 ) -> Result<()> {
     let table = log_table(catalog, log).await?;
-    let rows = [vec![
-        Value::from(record.id.clone()),
-        Value::from(record.state.to_string()),
-        Value::from(record.target.clone()),
-        Value::from(record.staging.clone()),
-        Value::from(record.created_at),
-        Value::from(record.expires_at),
-        Value::from(Some(record.recorded_at.unwrap_or_else(Utc::now))),
-        Value::from(record.rows),
-        Value::from(record.files),
-        Value::from(record.snapshot_id),
-        Value::from(record.message.clone()),
-        Value::from(record.owner.clone()),
-    ]];
-    append_rows(catalog, &table, &rows).await
+    let row = SessionLogRow {
+        id: record.id.clone(),
+        state: record.state.to_string(),
+        target: record.target.clone(),
+        staging: Some(record.staging.clone()),
+        created_at: record.created_at,
+        expires_at: record.expires_at,
+        recorded_at: record.recorded_at.unwrap_or_else(Utc::now),
+        rows: record.rows,
+        files: record.files,
+        snapshot_id: record.snapshot_id,
+        message: record.message.clone(),
+        owner: record.owner.clone(),
+    };
+    append_stored(catalog, &table, &[row]).await
 }
 
 /// The latest record of `upload_id` in the log of `catalog`.
@@ -308,6 +341,36 @@ fn decode<S: FromStr<Err = Error>>(
 mod tests {
     use super::*;
     use crate::config::IcestageConfig;
+    use crate::rows::{Value, schema_shape};
+
+    /// The logs written before their schema came from [`SessionLogRow`] read and
+    /// append alike: the same ids, names, types and required fields.
+    #[test]
+    fn the_logs_keep_their_schemas() {
+        let rest = [
+            "5 created_at timestamptz optional",
+            "6 expires_at timestamptz optional",
+            "7 recorded_at timestamptz required",
+            "8 rows long optional",
+            "9 files long optional",
+            "10 snapshot_id long optional",
+            "11 message string optional",
+            "12 owner string optional",
+        ];
+        for (log, names) in [
+            (UPLOADS, ["upload_id", "target_table", "staging_table"]),
+            (DOWNLOADS, ["download_id", "sources", "download_table"]),
+        ] {
+            let mut expected = vec![
+                format!("1 {} string required", names[0]),
+                "2 state string required".to_string(),
+                format!("3 {} string required", names[1]),
+                format!("4 {} string optional", names[2]),
+            ];
+            expected.extend(rest.iter().map(|line| line.to_string()));
+            assert_eq!(schema_shape(&log_schema(log).unwrap()), expected);
+        }
+    }
 
     /// A state for the test records.
     #[derive(Debug, Clone, Copy, PartialEq)]

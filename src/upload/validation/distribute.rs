@@ -74,16 +74,14 @@ impl PlanRecipe {
     }
 }
 
-/// A chunk as it travels: the file's path, its row groups, its first row.
-type StagedChunk = (String, Vec<usize>, i64);
-
 /// Reading some chunks of an upload's files.
 #[derive(Debug, Serialize, Deserialize)]
 struct VerifyJob {
     plan: PlanRecipe,
     /// The file IO's properties for the staged files.
     io: HashMap<String, String>,
-    chunks: Vec<StagedChunk>,
+    /// The chunks, each naming its file by path.
+    chunks: Vec<Chunk<String>>,
     partitions: usize,
 }
 
@@ -123,7 +121,12 @@ impl Job for VerifyJob {
             let mut rows = vec![];
             // A file's footer is read once however many of its chunks fall here.
             let mut footers = HashMap::new();
-            for (chunk, (path, groups, first_row)) in mine {
+            for (index, chunk) in mine {
+                let Chunk {
+                    file: path,
+                    groups,
+                    first_row,
+                } = chunk;
                 let footer = match footers.get(&path) {
                     Some(footer) => ArrowReaderMetadata::clone(footer),
                     None => {
@@ -142,7 +145,7 @@ impl Job for VerifyJob {
                 )
                 .await?;
                 let answer = ChunkRead {
-                    chunk,
+                    chunk: index,
                     partition: read.partition_json(&plan)?,
                     read,
                 };
@@ -187,12 +190,10 @@ impl ReadChunks for OnCluster {
             io: crate::cluster::without_long_lived_keys(io.config().props().clone()),
             chunks: chunks
                 .iter()
-                .map(|(index, groups, first)| {
-                    (
-                        files[*index].file_path().to_string(),
-                        groups.clone(),
-                        *first,
-                    )
+                .map(|chunk| Chunk {
+                    file: files[chunk.file].file_path().to_string(),
+                    groups: chunk.groups.clone(),
+                    first_row: chunk.first_row,
                 })
                 .collect(),
             partitions: chunks.len().clamp(1, PARTITIONS),
@@ -208,12 +209,12 @@ impl ReadChunks for OnCluster {
                 return Err(Error::invalid(format!(
                     "the cluster did not verify chunk {chunk} of {} (file {}): promote again",
                     chunks.len(),
-                    files[chunks[chunk].0].file_path()
+                    files[chunks[chunk].file].file_path()
                 )));
             };
             let mut read = answer.read;
             read.set_partition_json(answer.partition, plan)?;
-            reads.push((chunks[chunk].0, read));
+            reads.push((chunks[chunk].file, read));
         }
         Ok(reads)
     }

@@ -113,7 +113,11 @@ pub(crate) async fn verify(
         let mut group = 0;
         while group < groups.len() {
             let end = (group + ROW_GROUPS_PER_CHUNK).min(groups.len());
-            chunks.push((index, (group..end).collect::<Vec<_>>(), first_row));
+            chunks.push(Chunk {
+                file: index,
+                groups: (group..end).collect(),
+                first_row,
+            });
             first_row += groups[group..end].iter().map(|g| g.num_rows()).sum::<i64>();
             group = end;
         }
@@ -198,12 +202,14 @@ impl ReadChunks for Here {
     ) -> Result<Vec<(usize, Read)>> {
         let parallelism = std::thread::available_parallelism().map_or(2, |n| n.get());
         futures::stream::iter(chunks)
-            .map(|(index, groups, first_row)| {
+            .map(|chunk| {
                 let (io, plan) = (io.clone(), Arc::clone(plan));
+                let index = chunk.file;
                 let path = files[index].file_path().to_string();
                 let footer = footers[index].1.clone();
+                let read = read_chunk(io, path, footer, chunk.groups, chunk.first_row, plan);
                 async move {
-                    tokio::spawn(read_chunk(io, path, footer, groups, first_row, plan))
+                    tokio::spawn(read)
                         .await
                         .map_err(|e| Error::internal(format!("a verification task: {e}")))?
                         .map(|read| (index, read))
@@ -216,8 +222,17 @@ impl ReadChunks for Here {
     }
 }
 
-/// A chunk: the file's index, its row groups, the position of its first row.
-pub(crate) type Chunk = (usize, Vec<usize>, i64);
+/// What one verification task reads: some row groups of one staged file.
+/// `File` names the file: its index among the files verified here, its
+/// path where the chunk travels to a cluster's executor.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Chunk<File = usize> {
+    pub(crate) file: File,
+    /// The row groups, by index in the file's footer.
+    pub(crate) groups: Vec<usize>,
+    /// The position of the first group's first row in the file.
+    pub(crate) first_row: i64,
+}
 
 /// The data file the target registers for `path`: metrics from `read`.
 fn data_file(path: &str, size: u64, read: &Read, plan: &Plan) -> Result<DataFile> {

@@ -1,5 +1,5 @@
-//! The Iceberg REST protocol's error answer, shared by the session view
-//! (`rest`) and the catalog token's view (`catalog_view`). A leaf.
+//! The Iceberg REST protocol's error answer, what every view of the
+//! catalog answers with. A leaf.
 
 use axum::Json;
 use axum::http::StatusCode;

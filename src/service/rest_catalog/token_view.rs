@@ -20,10 +20,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use axum::http::StatusCode;
 use iceberg::spec::{
-    FormatVersion, Schema, TableMetadata, TableMetadataBuilder, ViewFormatVersion,
-    ViewMetadataBuilder, ViewVersion,
+    FormatVersion, TableMetadata, TableMetadataBuilder, ViewFormatVersion, ViewMetadataBuilder,
 };
 use iceberg::{
     NamespaceIdent, TableCreation, TableIdent, TableRequirement, TableUpdate, ViewUpdate,
@@ -34,9 +34,14 @@ use iceberg_catalog_rest::{
     RegisterTableRequest, RenameTableRequest,
 };
 
-use super::config::TokenSettings;
-use super::rest_error::RestError;
+use super::error::RestError;
+use super::view::{
+    CatalogView, CommitTransactionRequest, CommitViewRequest, CreateViewRequest,
+    UpdateNamespaceProperties, ViewRequirement, ViewResult,
+};
 use crate::catalog::IcebergCatalog;
+use crate::credentials::sign::{SignRequest, SignResponse};
+use crate::service::config::TokenSettings;
 
 /// The most requirements and updates one commit through the catalog view
 /// may carry.
@@ -75,40 +80,6 @@ fn sql_only(endpoint: &str) -> bool {
     endpoint.ends_with("/register") || endpoint.contains("/views")
 }
 
-/// `POST .../namespaces/{namespace}/views`.
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) struct CreateViewRequest {
-    name: String,
-    #[serde(default)]
-    location: Option<String>,
-    schema: Schema,
-    view_version: ViewVersion,
-    #[serde(default)]
-    properties: HashMap<String, String>,
-}
-
-/// `POST .../views/{view}`: a view's changes, applied if its requirements
-/// hold.
-#[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) struct CommitViewRequest {
-    #[serde(default)]
-    identifier: Option<TableIdent>,
-    #[serde(default)]
-    requirements: Vec<ViewRequirement>,
-    updates: Vec<ViewUpdate>,
-}
-
-/// What a view commit may require (the protocol's one requirement).
-#[derive(Debug, serde::Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case")]
-pub(crate) enum ViewRequirement {
-    AssertViewUuid { uuid: uuid::Uuid },
-}
-
-type ViewResult<T> = std::result::Result<T, RestError>;
-
 /// The most property changes one namespace update may carry.
 const MAX_NAMESPACE_CHANGES: usize = 1000;
 
@@ -116,18 +87,8 @@ const MAX_NAMESPACE_CHANGES: usize = 1000;
 /// properties of its own exists.
 const NAMESPACE_MARK: &str = "exists";
 
-/// `POST .../namespaces/{namespace}/properties`.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct UpdateNamespaceProperties {
-    #[serde(default)]
-    removals: Option<Vec<String>>,
-    #[serde(default)]
-    updates: Option<HashMap<String, String>>,
-}
-
 /// See the module documentation.
-pub(crate) struct CatalogView {
+pub(crate) struct TokenView {
     token: TokenSettings,
     catalog: Arc<IcebergCatalog>,
 }
@@ -136,7 +97,7 @@ fn dotted(namespace: &NamespaceIdent) -> String {
     namespace.join(".")
 }
 
-impl CatalogView {
+impl TokenView {
     pub(crate) fn new(token: TokenSettings, catalog: Arc<IcebergCatalog>) -> Self {
         Self { token, catalog }
     }
@@ -196,7 +157,193 @@ impl CatalogView {
         }
     }
 
-    pub(crate) async fn list_namespaces(
+    /// 403 for changing or dropping `namespace` without every table of it.
+    fn owned_namespace(&self, namespace: &NamespaceIdent, what: &str) -> ViewResult<()> {
+        if self.token.owns_namespace(&dotted(namespace)) {
+            return Ok(());
+        }
+        self.visible_namespace(namespace)?;
+        Err(RestError::new(
+            StatusCode::FORBIDDEN,
+            "ForbiddenException",
+            format!(
+                "token '{}' may not {what} namespace {}: that takes every table of it \
+                 ('{}.*' or '*' among its tables)",
+                self.token.name,
+                dotted(namespace),
+                dotted(namespace)
+            ),
+        ))
+    }
+
+    async fn table(&self, ident: &TableIdent) -> ViewResult<iceberg::table::Table> {
+        self.visible_table(ident)?;
+        match self.catalog.catalog().load_table(ident).await {
+            Ok(table) => Ok(table),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
+                ) =>
+            {
+                Err(self.no_table(ident))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Where new table `ident` goes: where the catalog places it, unless a
+    /// live table's location overlaps that folder (a table renamed from
+    /// there keeps its files there), which is a 409 (`None`: a catalog that
+    /// places tables itself).
+    async fn free_location(&self, ident: &TableIdent) -> ViewResult<Option<String>> {
+        let Some(location) = self.catalog.default_table_location(ident) else {
+            return Ok(None);
+        };
+        self.unheld(ident, &location).await?;
+        Ok(Some(location))
+    }
+
+    /// 409 when a live table's location overlaps `location`, where new
+    /// table `ident` would go.
+    async fn unheld(&self, ident: &TableIdent, location: &str) -> ViewResult<()> {
+        let holders = self.catalog.holders(location, None).await?;
+        let Some((holder, _)) = holders.first() else {
+            return Ok(());
+        };
+        if holder == ident {
+            return Err(already_exists(ident));
+        }
+        let whose = if self.visible_table(holder).is_ok() {
+            format!("table {holder}")
+        } else {
+            "a table this token does not reach".to_string()
+        };
+        Err(RestError::new(
+            StatusCode::CONFLICT,
+            "AlreadyExistsException",
+            format!(
+                "{ident}: its location {location} overlaps the files of {whose} (a table renamed \
+                 keeps its folder): choose another name, or drop that table first"
+            ),
+        ))
+    }
+
+    /// 404 unless `namespace` exists (and is visible).
+    async fn existing_namespace(&self, namespace: &NamespaceIdent) -> ViewResult<()> {
+        self.visible_namespace(namespace)?;
+        if self.catalog.catalog().namespace_exists(namespace).await? {
+            Ok(())
+        } else {
+            Err(self.no_namespace(namespace))
+        }
+    }
+
+    /// The commit of a staged creation (`assert-create`): the table its
+    /// updates describe, built from them as a create builds it, placed
+    /// where the catalog places tables, with the rest of the updates (the
+    /// transaction's appends, schema changes) applied on top, all in the
+    /// table's first metadata file; 409 when the table exists by then.
+    async fn create_committed(
+        &self,
+        ident: &TableIdent,
+        request: CommitTableRequest,
+    ) -> ViewResult<CommitTableResponse> {
+        if self.visible_table(ident).is_err() {
+            return Err(self.may_not_create(&format!("table {ident}")));
+        }
+        if let Some(other) = request
+            .requirements
+            .iter()
+            .find(|r| !matches!(r, TableRequirement::NotExist))
+        {
+            return Err(bad_request(format!(
+                "{ident}: a commit that creates the table asserts only that it does not exist; \
+                 it also asserts {}",
+                serde_json::to_string(other).unwrap_or_default()
+            )));
+        }
+        self.existing_namespace(ident.namespace()).await?;
+        let exists = || {
+            RestError::new(
+                StatusCode::CONFLICT,
+                "CommitFailedException",
+                format!("{ident} was created meanwhile: requirement failed: table already exists"),
+            )
+        };
+        if self.catalog.catalog().table_exists(ident).await? {
+            return Err(exists());
+        }
+        let Some(location) = self.free_location(ident).await? else {
+            return Err(not_on_this_catalog(ident, "staged creation"));
+        };
+        let outside = crate::catalog::confine::paths_outside(&request.updates, &location);
+        if !outside.is_empty() {
+            return Err(RestError::new(
+                StatusCode::FORBIDDEN,
+                "ForbiddenException",
+                format!(
+                    "{ident}: {}: a commit may only name files under the table's location",
+                    outside.join("; ")
+                ),
+            ));
+        }
+        let metadata = created(ident, &location, request.updates)?;
+        let table = self
+            .catalog
+            .add_table(ident, metadata)
+            .await?
+            .ok_or_else(exists)?;
+        Ok(CommitTableResponse {
+            metadata_location: table.metadata_location_result()?.to_string(),
+            metadata: table.metadata().clone(),
+        })
+    }
+
+    fn no_view(&self, view: &TableIdent) -> RestError {
+        RestError::new(
+            StatusCode::NOT_FOUND,
+            "NoSuchViewException",
+            format!(
+                "view {view} does not exist or is not reached by token '{}'",
+                self.token.name
+            ),
+        )
+    }
+
+    /// 501 unless the catalog keeps views.
+    fn keeping_views(&self) -> ViewResult<()> {
+        if self.catalog.keeps_views() {
+            Ok(())
+        } else {
+            Err(RestError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "NotImplementedException",
+                format!(
+                    "catalog '{}' keeps no views here: views are served on SQL catalogs",
+                    self.catalog.name()
+                ),
+            ))
+        }
+    }
+
+    /// View `ident` as stored; 404 when it does not exist or is out of
+    /// reach (views are reached as tables are: `namespace.view`).
+    async fn view(&self, ident: &TableIdent) -> ViewResult<crate::catalog::views::StoredView> {
+        self.keeping_views()?;
+        if self.visible_table(ident).is_err() {
+            return Err(self.no_view(ident));
+        }
+        self.catalog
+            .load_view(ident)
+            .await?
+            .ok_or_else(|| self.no_view(ident))
+    }
+}
+
+#[async_trait]
+impl CatalogView for TokenView {
+    async fn list_namespaces(
         &self,
         parent: Option<&NamespaceIdent>,
     ) -> ViewResult<ListNamespaceResponse> {
@@ -210,10 +357,7 @@ impl CatalogView {
         })
     }
 
-    pub(crate) async fn load_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-    ) -> ViewResult<NamespaceResponse> {
+    async fn load_namespace(&self, namespace: &NamespaceIdent) -> ViewResult<NamespaceResponse> {
         self.visible_namespace(namespace)?;
         match self.catalog.catalog().get_namespace(namespace).await {
             Ok(found) => Ok(NamespaceResponse {
@@ -227,7 +371,7 @@ impl CatalogView {
         }
     }
 
-    pub(crate) async fn create_namespace(
+    async fn create_namespace(
         &self,
         request: CreateNamespaceRequest,
     ) -> ViewResult<NamespaceResponse> {
@@ -254,29 +398,10 @@ impl CatalogView {
         })
     }
 
-    /// 403 for changing or dropping `namespace` without every table of it.
-    fn owned_namespace(&self, namespace: &NamespaceIdent, what: &str) -> ViewResult<()> {
-        if self.token.owns_namespace(&dotted(namespace)) {
-            return Ok(());
-        }
-        self.visible_namespace(namespace)?;
-        Err(RestError::new(
-            StatusCode::FORBIDDEN,
-            "ForbiddenException",
-            format!(
-                "token '{}' may not {what} namespace {}: that takes every table of it \
-                 ('{}.*' or '*' among its tables)",
-                self.token.name,
-                dotted(namespace),
-                dotted(namespace)
-            ),
-        ))
-    }
-
     /// Sets `updates` and removes `removals` among `namespace`'s
     /// properties: which were updated, removed, and asked to be removed but
     /// missing.
-    pub(crate) async fn update_namespace_properties(
+    async fn update_namespace_properties(
         &self,
         namespace: &NamespaceIdent,
         request: UpdateNamespaceProperties,
@@ -337,7 +462,7 @@ impl CatalogView {
 
     /// Drops `namespace` when it holds no table and no namespace: 409
     /// otherwise (a table the token does not reach counts too, unnamed).
-    pub(crate) async fn drop_namespace(&self, namespace: &NamespaceIdent) -> ViewResult<()> {
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> ViewResult<()> {
         self.owned_namespace(namespace, "drop")?;
         self.load_namespace(namespace).await?;
         let catalog = self.catalog.catalog();
@@ -370,10 +495,7 @@ impl CatalogView {
         Ok(())
     }
 
-    pub(crate) async fn list_tables(
-        &self,
-        namespace: &NamespaceIdent,
-    ) -> ViewResult<ListTablesResponse> {
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> ViewResult<ListTablesResponse> {
         self.visible_namespace(namespace)?;
         let tables = self
             .catalog
@@ -393,28 +515,12 @@ impl CatalogView {
         })
     }
 
-    async fn table(&self, ident: &TableIdent) -> ViewResult<iceberg::table::Table> {
-        self.visible_table(ident)?;
-        match self.catalog.catalog().load_table(ident).await {
-            Ok(table) => Ok(table),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
-                ) =>
-            {
-                Err(self.no_table(ident))
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    pub(crate) async fn load_table(&self, ident: &TableIdent) -> ViewResult<LoadTableResult> {
+    async fn load_table(&self, ident: &TableIdent) -> ViewResult<LoadTableResult> {
         let table = self.table(ident).await?;
         Ok(loaded(&table))
     }
 
-    pub(crate) async fn table_exists(&self, ident: &TableIdent) -> ViewResult<()> {
+    async fn table_exists(&self, ident: &TableIdent) -> ViewResult<()> {
         self.visible_table(ident)?;
         if self.catalog.catalog().table_exists(ident).await? {
             Ok(())
@@ -424,7 +530,7 @@ impl CatalogView {
     }
 
     /// The endpoints this view serves, as `GET /v1/config` lists them.
-    pub(crate) fn endpoints(&self) -> Vec<&'static str> {
+    fn endpoints(&self) -> Vec<&'static str> {
         let sql = self.catalog.file_io().is_some();
         ENDPOINTS
             .iter()
@@ -433,54 +539,7 @@ impl CatalogView {
             .collect()
     }
 
-    /// Where new table `ident` goes: where the catalog places it, unless a
-    /// live table's location overlaps that folder (a table renamed from
-    /// there keeps its files there), which is a 409 (`None`: a catalog that
-    /// places tables itself).
-    async fn free_location(&self, ident: &TableIdent) -> ViewResult<Option<String>> {
-        let Some(location) = self.catalog.default_table_location(ident) else {
-            return Ok(None);
-        };
-        self.unheld(ident, &location).await?;
-        Ok(Some(location))
-    }
-
-    /// 409 when a live table's location overlaps `location`, where new
-    /// table `ident` would go.
-    async fn unheld(&self, ident: &TableIdent, location: &str) -> ViewResult<()> {
-        let holders = self.catalog.holders(location, None).await?;
-        let Some((holder, _)) = holders.first() else {
-            return Ok(());
-        };
-        if holder == ident {
-            return Err(already_exists(ident));
-        }
-        let whose = if self.visible_table(holder).is_ok() {
-            format!("table {holder}")
-        } else {
-            "a table this token does not reach".to_string()
-        };
-        Err(RestError::new(
-            StatusCode::CONFLICT,
-            "AlreadyExistsException",
-            format!(
-                "{ident}: its location {location} overlaps the files of {whose} (a table renamed \
-                 keeps its folder): choose another name, or drop that table first"
-            ),
-        ))
-    }
-
-    /// 404 unless `namespace` exists (and is visible).
-    async fn existing_namespace(&self, namespace: &NamespaceIdent) -> ViewResult<()> {
-        self.visible_namespace(namespace)?;
-        if self.catalog.catalog().namespace_exists(namespace).await? {
-            Ok(())
-        } else {
-            Err(self.no_namespace(namespace))
-        }
-    }
-
-    pub(crate) async fn create_table(
+    async fn create_table(
         &self,
         namespace: &NamespaceIdent,
         request: CreateTableRequest,
@@ -559,7 +618,7 @@ impl CatalogView {
     /// A table renamed keeps its folder, so the location is the one the
     /// table holds ([`IcebergCatalog::purge_location`]): a purge that would
     /// reach another live table's files is refused.
-    pub(crate) async fn drop_table(&self, ident: &TableIdent, purge: bool) -> ViewResult<()> {
+    async fn drop_table(&self, ident: &TableIdent, purge: bool) -> ViewResult<()> {
         let table = self.table(ident).await?;
         let catalog = self.catalog.catalog();
         let dropped = if purge {
@@ -592,7 +651,7 @@ impl CatalogView {
     /// Applies `request` to `ident` if its requirements hold on the version
     /// loaded, swapping from exactly that version: 409 when they do not or
     /// when another commit landed in between.
-    pub(crate) async fn commit(
+    async fn commit_table(
         &self,
         ident: &TableIdent,
         request: CommitTableRequest,
@@ -676,70 +735,9 @@ impl CatalogView {
         })
     }
 
-    /// The commit of a staged creation (`assert-create`): the table its
-    /// updates describe, built from them as a create builds it, placed
-    /// where the catalog places tables, with the rest of the updates (the
-    /// transaction's appends, schema changes) applied on top, all in the
-    /// table's first metadata file; 409 when the table exists by then.
-    async fn create_committed(
-        &self,
-        ident: &TableIdent,
-        request: CommitTableRequest,
-    ) -> ViewResult<CommitTableResponse> {
-        if self.visible_table(ident).is_err() {
-            return Err(self.may_not_create(&format!("table {ident}")));
-        }
-        if let Some(other) = request
-            .requirements
-            .iter()
-            .find(|r| !matches!(r, TableRequirement::NotExist))
-        {
-            return Err(bad_request(format!(
-                "{ident}: a commit that creates the table asserts only that it does not exist; \
-                 it also asserts {}",
-                serde_json::to_string(other).unwrap_or_default()
-            )));
-        }
-        self.existing_namespace(ident.namespace()).await?;
-        let exists = || {
-            RestError::new(
-                StatusCode::CONFLICT,
-                "CommitFailedException",
-                format!("{ident} was created meanwhile: requirement failed: table already exists"),
-            )
-        };
-        if self.catalog.catalog().table_exists(ident).await? {
-            return Err(exists());
-        }
-        let Some(location) = self.free_location(ident).await? else {
-            return Err(not_on_this_catalog(ident, "staged creation"));
-        };
-        let outside = crate::catalog::confine::paths_outside(&request.updates, &location);
-        if !outside.is_empty() {
-            return Err(RestError::new(
-                StatusCode::FORBIDDEN,
-                "ForbiddenException",
-                format!(
-                    "{ident}: {}: a commit may only name files under the table's location",
-                    outside.join("; ")
-                ),
-            ));
-        }
-        let metadata = created(ident, &location, request.updates)?;
-        let table = self
-            .catalog
-            .add_table(ident, metadata)
-            .await?
-            .ok_or_else(exists)?;
-        Ok(CommitTableResponse {
-            metadata_location: table.metadata_location_result()?.to_string(),
-            metadata: table.metadata().clone(),
-        })
-    }
-
     /// Renames `source` to `destination`, both within the token's reach;
     /// the table keeps its folder (and holds it: see `free_location`).
-    pub(crate) async fn rename_table(&self, request: RenameTableRequest) -> ViewResult<()> {
+    async fn rename_table(&self, request: RenameTableRequest) -> ViewResult<()> {
         let (source, destination) = (&request.source, &request.destination);
         self.table(source).await?;
         if self.visible_table(destination).is_err() {
@@ -769,7 +767,7 @@ impl CatalogView {
     /// every path it names under its location. The table gets a copy of it
     /// as icestage's own first metadata file (named by its content, so a
     /// later rewrite in place is seen), not the client's file.
-    pub(crate) async fn register_table(
+    async fn register_table(
         &self,
         namespace: &NamespaceIdent,
         request: RegisterTableRequest,
@@ -831,50 +829,7 @@ impl CatalogView {
         Ok(loaded(&table))
     }
 
-    fn no_view(&self, view: &TableIdent) -> RestError {
-        RestError::new(
-            StatusCode::NOT_FOUND,
-            "NoSuchViewException",
-            format!(
-                "view {view} does not exist or is not reached by token '{}'",
-                self.token.name
-            ),
-        )
-    }
-
-    /// 501 unless the catalog keeps views.
-    fn keeping_views(&self) -> ViewResult<()> {
-        if self.catalog.keeps_views() {
-            Ok(())
-        } else {
-            Err(RestError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "NotImplementedException",
-                format!(
-                    "catalog '{}' keeps no views here: views are served on SQL catalogs",
-                    self.catalog.name()
-                ),
-            ))
-        }
-    }
-
-    /// View `ident` as stored; 404 when it does not exist or is out of
-    /// reach (views are reached as tables are: `namespace.view`).
-    async fn view(&self, ident: &TableIdent) -> ViewResult<crate::catalog::views::StoredView> {
-        self.keeping_views()?;
-        if self.visible_table(ident).is_err() {
-            return Err(self.no_view(ident));
-        }
-        self.catalog
-            .load_view(ident)
-            .await?
-            .ok_or_else(|| self.no_view(ident))
-    }
-
-    pub(crate) async fn list_views(
-        &self,
-        namespace: &NamespaceIdent,
-    ) -> ViewResult<ListTablesResponse> {
+    async fn list_views(&self, namespace: &NamespaceIdent) -> ViewResult<ListTablesResponse> {
         self.keeping_views()?;
         self.existing_namespace(namespace).await?;
         let views = self.catalog.list_views(namespace).await?;
@@ -887,17 +842,17 @@ impl CatalogView {
         })
     }
 
-    pub(crate) async fn load_view(&self, ident: &TableIdent) -> ViewResult<serde_json::Value> {
+    async fn load_view(&self, ident: &TableIdent) -> ViewResult<serde_json::Value> {
         Ok(view_result(self.view(ident).await?))
     }
 
-    pub(crate) async fn view_exists(&self, ident: &TableIdent) -> ViewResult<()> {
+    async fn view_exists(&self, ident: &TableIdent) -> ViewResult<()> {
         self.view(ident).await.map(|_| ())
     }
 
     /// Creates view `request.name` in `namespace`, placed where the
     /// catalog places tables (its folder held as a table's is).
-    pub(crate) async fn create_view(
+    async fn create_view(
         &self,
         namespace: &NamespaceIdent,
         request: CreateViewRequest,
@@ -946,7 +901,7 @@ impl CatalogView {
     /// Applies `request` to view `ident` if its requirements hold on the
     /// version loaded, swapping from exactly that version (409 otherwise).
     /// The view stays in its folder.
-    pub(crate) async fn replace_view(
+    async fn replace_view(
         &self,
         ident: &TableIdent,
         request: CommitViewRequest,
@@ -1018,7 +973,7 @@ impl CatalogView {
         Ok(view_result(stored))
     }
 
-    pub(crate) async fn drop_view(&self, ident: &TableIdent) -> ViewResult<()> {
+    async fn drop_view(&self, ident: &TableIdent) -> ViewResult<()> {
         self.view(ident).await?;
         if self.catalog.drop_view(ident).await? {
             Ok(())
@@ -1029,7 +984,7 @@ impl CatalogView {
 
     /// Renames view `source` to `destination`, both within the token's
     /// reach; the view keeps its folder.
-    pub(crate) async fn rename_view(&self, request: RenameTableRequest) -> ViewResult<()> {
+    async fn rename_view(&self, request: RenameTableRequest) -> ViewResult<()> {
         let (source, destination) = (&request.source, &request.destination);
         self.view(source).await?;
         if self.visible_table(destination).is_err() {
@@ -1052,9 +1007,26 @@ impl CatalogView {
 
     /// No storage credentials: a catalog token's holder brings its own
     /// storage access (a local warehouse needs none).
-    pub(crate) async fn credentials(&self, ident: &TableIdent) -> ViewResult<serde_json::Value> {
+    async fn credentials(&self, ident: &TableIdent) -> ViewResult<serde_json::Value> {
         self.table_exists(ident).await?;
         Ok(serde_json::json!({"storage-credentials": []}))
+    }
+
+    async fn commit_transaction(&self, _: CommitTransactionRequest) -> ViewResult<()> {
+        Err(RestError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequestException",
+            "this endpoint takes a session's token",
+        ))
+    }
+
+    async fn sign(&self, _: SignRequest) -> ViewResult<SignResponse> {
+        Err(RestError::new(
+            StatusCode::FORBIDDEN,
+            "ForbiddenException",
+            "storage requests are signed for sessions (an upload's or a download's token); a \
+             catalog token's clients use their own storage credentials",
+        ))
     }
 }
 
