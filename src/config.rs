@@ -302,6 +302,18 @@ pub(crate) struct OptionDoc {
     pub(crate) doc: &'static str,
 }
 
+impl OptionDoc {
+    /// Option `key`, `default` when not given, doing what `doc` says.
+    pub(crate) const fn new(key: &'static str, default: &'static str, doc: &'static str) -> Self {
+        Self { key, default, doc }
+    }
+}
+
+/// The keys of `options`.
+pub(crate) fn keys(options: &[OptionDoc]) -> Vec<&'static str> {
+    options.iter().map(|o| o.key).collect()
+}
+
 /// The options of a statement's `WITH (...)`, parsed by their own type.
 /// The keys it takes, their defaults and what each does are declared once,
 /// in [`WithOptions::OPTIONS`]: the parser refuses any other key with that
@@ -319,8 +331,7 @@ pub(crate) trait WithOptions: Sized {
     /// `WITH (...)` as written: an unknown key is refused naming the keys
     /// the statement takes, then the values are parsed.
     fn from_with(pairs: &[(String, String)]) -> Result<Self> {
-        let keys: Vec<&str> = Self::OPTIONS.iter().map(|o| o.key).collect();
-        check_options(Self::STATEMENT, pairs, &keys)?;
+        check_options(Self::STATEMENT, pairs, &keys(Self::OPTIONS))?;
         Self::parse(pairs)
     }
 }

@@ -29,6 +29,7 @@ use super::options::{AWS_OPTIONS, READ_OPTIONS, SourceOptions};
 use super::read::{PrefixTable, Source, vocabulary};
 use super::source::{Access, Location};
 use crate::catalog::block_on;
+use crate::config::keys;
 use crate::error::{Error, Result};
 use crate::rows::timestamp_type;
 use crate::rows::{Value, batch};
@@ -158,7 +159,7 @@ impl RelationPlanner for PrefixRelationPlanner {
         };
         let provider: Arc<dyn datafusion::catalog::TableProvider> = match function.as_str() {
             "read_s3_prefix" => {
-                let options = SourceOptions::from_pairs(&function, &named, READ_OPTIONS)?;
+                let options = SourceOptions::from_pairs(&function, &named, &keys(READ_OPTIONS))?;
                 if by_file::wanted(&options) {
                     Arc::new(block_on(by_file::table(uri, &options))?)
                 } else {
@@ -167,7 +168,7 @@ impl RelationPlanner for PrefixRelationPlanner {
                 }
             }
             "infer_s3_schema" => {
-                let options = SourceOptions::from_pairs(&function, &named, READ_OPTIONS)?;
+                let options = SourceOptions::from_pairs(&function, &named, &keys(READ_OPTIONS))?;
                 Arc::new(block_on(infer_schema(uri, &options))?)
             }
             "list_s3" => {

@@ -27,13 +27,3 @@ pub use options::{
     Compression, Format, MatchByName, OnError, Pattern, SchemaEvolution, SourceOptions,
     ValidationMode,
 };
-
-/// The options `COPY INTO` takes: those of `read_s3_prefix` and
-/// [`options::COPY_ONLY_OPTIONS`].
-pub(crate) fn copy_options() -> Vec<&'static str> {
-    options::READ_OPTIONS
-        .iter()
-        .chain(options::COPY_ONLY_OPTIONS)
-        .copied()
-        .collect()
-}

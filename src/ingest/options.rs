@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::config::{OptionDoc, WithOptions, keys};
 use crate::error::{Error, Result};
 use crate::secret::Secret;
 
@@ -309,39 +310,128 @@ impl OnError {
     }
 }
 
-/// The option names `read_s3_prefix` and `infer_s3_schema` take.
-pub(crate) const READ_OPTIONS: &[&str] = &[
-    "format",
-    "files",
-    "all_files",
-    "header",
-    "delimiter",
-    "schema",
-    "region",
-    "endpoint",
-    "sts_endpoint",
-    "access_key_id",
-    "secret_access_key",
-    "session_token",
-    "role_arn",
-    "external_id",
-    "pattern",
-    "union_by_name",
-    "hive_partitioning",
-    "include_metadata",
+/// Every option `COPY INTO` takes: first those that say how files are
+/// found and read (all that `read_s3_prefix` and `infer_s3_schema` take,
+/// [`READ_OPTIONS`]), then those of loading alone.
+const COPY_OPTIONS: &[OptionDoc] = &[
+    OptionDoc::new(
+        "format",
+        "from the file names",
+        "`csv`, `parquet`, `json` (newline-delimited) or `avro`",
+    ),
+    OptionDoc::new(
+        "files",
+        "every candidate",
+        "the keys to read, relative to the prefix: `'a.csv,b.csv'` or `['a.csv', 'b.csv']`",
+    ),
+    OptionDoc::new(
+        "all_files",
+        "false",
+        "read every candidate file of a prefix that holds more than one",
+    ),
+    OptionDoc::new(
+        "header",
+        "true",
+        "whether a CSV file's first line names its columns",
+    ),
+    OptionDoc::new(
+        "delimiter",
+        "`','`",
+        "a CSV file's one-character delimiter (`'\\t'` for tab)",
+    ),
+    OptionDoc::new(
+        "schema",
+        "inferred",
+        "the columns to read, as `'id BIGINT, name VARCHAR'`",
+    ),
+    OptionDoc::new("region", "the AWS chain's", "the bucket's region"),
+    OptionDoc::new(
+        "endpoint",
+        "`AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`",
+        "where S3 requests go (an emulator, another S3)",
+    ),
+    OptionDoc::new(
+        "sts_endpoint",
+        "AWS's",
+        "where the AssumeRole request of `role_arn` goes",
+    ),
+    OptionDoc::new(
+        "access_key_id",
+        "the AWS chain's",
+        "an access key to read with (never stored)",
+    ),
+    OptionDoc::new("secret_access_key", "none", "its secret (never stored)"),
+    OptionDoc::new("session_token", "none", "its session token (never stored)"),
+    OptionDoc::new(
+        "role_arn",
+        "none",
+        "a role to assume (STS AssumeRole) to read with",
+    ),
+    OptionDoc::new(
+        "external_id",
+        "none",
+        "the external id the role's trust policy asks for",
+    ),
+    OptionDoc::new(
+        "pattern",
+        "none",
+        "a regular expression the keys (relative to the prefix) must match whole",
+    ),
+    OptionDoc::new(
+        "union_by_name",
+        "false",
+        "read each file with its own columns and put them together by name",
+    ),
+    OptionDoc::new(
+        "hive_partitioning",
+        "false",
+        "`key=value` folders become columns",
+    ),
+    OptionDoc::new(
+        "include_metadata",
+        "false",
+        "add `_source_file`, `_source_row` and `_source_modified` to every row",
+    ),
+    OptionDoc::new(
+        "force",
+        "false",
+        "load a file changed since it was loaded again",
+    ),
+    OptionDoc::new(
+        "on_error",
+        "`'abort_statement'`",
+        "`'abort_statement'`, `'skip_file'` or `'continue'` (reject malformed rows alone)",
+    ),
+    OptionDoc::new(
+        "match_by_column_name",
+        "`'case_sensitive'` (by position for CSV without a header)",
+        "`'case_sensitive'`, `'case_insensitive'` or `'none'` (by position)",
+    ),
+    OptionDoc::new(
+        "schema_evolution",
+        "`'fail'`",
+        "a column the table lacks: `'fail'`, `'add_columns'` or `'rescue'` (into `_rescued_data`)",
+    ),
+    OptionDoc::new(
+        "validation_mode",
+        "none (load)",
+        "`'return_errors'` or `'return_<n>_rows'`: read as a load would and commit nothing",
+    ),
+    OptionDoc::new(
+        "purge",
+        "false",
+        "delete the source files this copy loaded, after its commit",
+    ),
 ];
 
-/// The options only `COPY INTO` (and pipes) take, past the reading ones.
-pub(crate) const COPY_ONLY_OPTIONS: &[&str] = &[
-    "force",
-    "on_error",
-    "match_by_column_name",
-    "schema_evolution",
-    "validation_mode",
-    "purge",
-];
+/// How many of [`COPY_OPTIONS`] say how files are found and read.
+const READING: usize = 18;
 
-/// The option names that only reach AWS.
+/// The options `read_s3_prefix` and `infer_s3_schema` take: those of
+/// `COPY INTO` that say how files are found and read.
+pub(crate) const READ_OPTIONS: &[OptionDoc] = COPY_OPTIONS.split_at(READING).0;
+
+/// The option names that only reach AWS (each one of [`READ_OPTIONS`]).
 pub(crate) const AWS_OPTIONS: &[&str] = &[
     "region",
     "endpoint",
@@ -360,6 +450,15 @@ fn parse_bool(name: &str, value: &str) -> Result<bool> {
         _ => Err(Error::invalid(format!(
             "option {name} = '{value}' is not a boolean: write {name} => true or false"
         ))),
+    }
+}
+
+impl WithOptions for SourceOptions {
+    const STATEMENT: &'static str = "COPY INTO";
+    const OPTIONS: &'static [OptionDoc] = COPY_OPTIONS;
+
+    fn parse(pairs: &[(String, String)]) -> Result<Self> {
+        Self::from_pairs(Self::STATEMENT, pairs, &keys(COPY_OPTIONS))
     }
 }
 
@@ -539,11 +638,23 @@ mod tests {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        let options = SourceOptions::from_pairs("x", &pairs, READ_OPTIONS).unwrap();
-        let again = SourceOptions::from_pairs("x", &options.reading_pairs(), READ_OPTIONS).unwrap();
+        let options = SourceOptions::from_pairs("x", &pairs, &keys(READ_OPTIONS)).unwrap();
+        let again =
+            SourceOptions::from_pairs("x", &options.reading_pairs(), &keys(READ_OPTIONS)).unwrap();
         assert_eq!(again.reading_pairs(), options.reading_pairs());
         assert_eq!(again.delimiter, Some(b'\t'));
         assert_eq!(again.secret_access_key.unwrap().expose(), "s3cr3t");
+    }
+
+    /// The reading options are the first of `COPY INTO`'s, and the ones
+    /// that reach AWS are among them.
+    #[test]
+    fn the_reading_options_lead_copy_into_s() {
+        let reading = keys(READ_OPTIONS);
+        assert_eq!(reading.last(), Some(&"include_metadata"));
+        assert!(AWS_OPTIONS.iter().all(|key| reading.contains(key)));
+        let loading = &keys(COPY_OPTIONS)[READING..];
+        assert!(loading.iter().all(|key| !reading.contains(key)));
     }
 
     #[test]
@@ -560,25 +671,31 @@ mod tests {
                 ("files", "a.csv, b.csv"),
                 ("delimiter", "|"),
             ]),
-            READ_OPTIONS,
+            &keys(READ_OPTIONS),
         )
         .unwrap();
         assert_eq!(options.files, vec!["a.csv", "b.csv"]);
         assert_eq!(options.delimiter, Some(b'|'));
-        let err =
-            SourceOptions::from_pairs("read_s3_prefix", &pairs(&[("fromat", "csv")]), READ_OPTIONS)
-                .unwrap_err()
-                .to_string();
+        let err = SourceOptions::from_pairs(
+            "read_s3_prefix",
+            &pairs(&[("fromat", "csv")]),
+            &keys(READ_OPTIONS),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.starts_with(
                 "read_s3_prefix has no option 'fromat': valid options are format, files"
             ),
             "{err}"
         );
-        let err =
-            SourceOptions::from_pairs("x", &pairs(&[("access_key_id", "AKIA")]), READ_OPTIONS)
-                .unwrap_err()
-                .to_string();
+        let err = SourceOptions::from_pairs(
+            "x",
+            &pairs(&[("access_key_id", "AKIA")]),
+            &keys(READ_OPTIONS),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("give access_key_id and secret_access_key together"),
             "{err}"

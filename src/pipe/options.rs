@@ -132,8 +132,7 @@ pub(super) fn copy_source_options(pairs: &[(String, String)]) -> Result<SourceOp
             )));
         }
     }
-    let mut options =
-        SourceOptions::from_pairs("COPY INTO", pairs, &crate::ingest::copy_options())?;
+    let mut options = SourceOptions::from_with(pairs)?;
     options.all_files = true;
     options.on_error = match options.on_error {
         OnError::Continue => OnError::Continue,

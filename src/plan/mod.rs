@@ -122,11 +122,7 @@ async fn plan_statement(
             uri,
             options,
         } => {
-            let parsed = crate::ingest::SourceOptions::from_pairs(
-                "COPY INTO",
-                &options,
-                &crate::ingest::copy_options(),
-            )?;
+            let parsed = crate::ingest::SourceOptions::from_with(&options)?;
             command_plan(CopyInto {
                 table: icestage.name_of(state, &table_reference(state, table)?)?,
                 uri,
@@ -530,14 +526,17 @@ mod tests {
             section::<ExpireOptions>(),
             section::<RewriteDataOptions>(),
             section::<OrphanOptions>(),
+            section::<crate::ingest::SourceOptions>(),
         ];
         format!(
             "# Statement options\n\n\
              What each statement takes in `WITH (...)`: the options type of each statement \
              declares them, refuses any other key (naming these), and this page is checked \
-             against it. `COPY INTO`, `read_s3_prefix` and a pipe's `COPY INTO` take the source \
-             options of [COPY INTO](../guide/copy-into.md). Durations are written `'90s'`, \
-             `'15m'`, `'24h'` or `'7d'`; booleans `true` or `false`.\n\n{}",
+             against it. `read_s3_prefix` and `infer_s3_schema` take the options of `COPY INTO` \
+             from `format` to `include_metadata` (as `name => value`); a pipe's `COPY INTO` takes \
+             them less those it refuses, saying why (the explicit keys, `files`, `all_files`, \
+             `force`, `validation_mode`). [COPY INTO](../guide/copy-into.md) says more of each. Durations are written \
+             `'90s'`, `'15m'`, `'24h'` or `'7d'`; booleans `true` or `false`.\n\n{}",
             sections.join("\n")
         )
     }
