@@ -309,6 +309,33 @@ impl OptionDoc {
     }
 }
 
+/// Where option `key` is in `options`, at compile time: a key that is
+/// not there stops the build.
+pub(crate) const fn position(options: &[OptionDoc], key: &str) -> usize {
+    let mut at = 0;
+    while at < options.len() {
+        if same(options[at].key.as_bytes(), key.as_bytes()) {
+            return at;
+        }
+        at += 1;
+    }
+    panic!("no such option")
+}
+
+const fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut at = 0;
+    while at < a.len() {
+        if a[at] != b[at] {
+            return false;
+        }
+        at += 1;
+    }
+    true
+}
+
 /// The keys of `options`.
 pub(crate) fn keys(options: &[OptionDoc]) -> Vec<&'static str> {
     options.iter().map(|o| o.key).collect()
@@ -373,12 +400,40 @@ pub(crate) fn check_options(
 
 /// `true`/`false` (and `on`/`off`, `1`/`0`) for option `name`.
 pub(crate) fn parse_bool(name: &str, value: &str) -> Result<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "on" | "1" | "yes" => Ok(true),
-        "false" | "off" | "0" | "no" => Ok(false),
-        _ => Err(Error::invalid(format!(
-            "option {name} = '{value}' is not a boolean: write {name} = true or {name} = false"
-        ))),
+    OptionSyntax::With.parse_bool(name, value)
+}
+
+/// How a statement's options are written, so a message about one shows
+/// it as the user wrote it: `WITH (key = value)`, or a table function's
+/// named arguments, `key => value`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OptionSyntax {
+    With,
+    Arguments,
+}
+
+impl OptionSyntax {
+    fn arrow(self) -> &'static str {
+        match self {
+            Self::With => "=",
+            Self::Arguments => "=>",
+        }
+    }
+
+    /// `value` of option `name` as a boolean (`true`, `on`, `1`, `yes` or
+    /// their opposites, in any case).
+    pub(crate) fn parse_bool(self, name: &str, value: &str) -> Result<bool> {
+        match value.to_ascii_lowercase().as_str() {
+            "true" | "on" | "1" | "yes" => Ok(true),
+            "false" | "off" | "0" | "no" => Ok(false),
+            _ => {
+                let arrow = self.arrow();
+                Err(Error::invalid(format!(
+                    "option {name} {arrow} '{value}' is not a boolean: \
+                     write {name} {arrow} true or {name} {arrow} false"
+                )))
+            }
+        }
     }
 }
 

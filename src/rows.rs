@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use datafusion::arrow::array::{
-    ArrayRef, BooleanBuilder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
-    TimestampMicrosecondBuilder,
+    Array, ArrayRef, AsArray, BooleanBuilder, Int32Builder, Int64Builder, RecordBatch,
+    StringBuilder, TimestampMicrosecondBuilder,
 };
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{
+    DataType, Int32Type, Int64Type, SchemaRef, TimestampMicrosecondType,
+};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_expr::EquivalenceProperties;
@@ -255,6 +257,16 @@ pub(crate) trait Column {
     }
     /// The field's value.
     fn value(&self) -> Value;
+    /// The value at `row` of `column`, an array of [`Column::data_type`]:
+    /// `None` for NULL, or for a type icestage never reads back from its
+    /// own tables.
+    fn read(column: &dyn Array, row: usize) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        let _ = (column, row);
+        None
+    }
 }
 
 impl Column for String {
@@ -263,6 +275,10 @@ impl Column for String {
     }
     fn value(&self) -> Value {
         Value::Str(Some(self.clone()))
+    }
+    fn read(column: &dyn Array, row: usize) -> Option<Self> {
+        let column = column.as_string_opt::<i32>()?;
+        column.is_valid(row).then(|| column.value(row).to_string())
     }
 }
 
@@ -273,6 +289,10 @@ impl Column for i64 {
     fn value(&self) -> Value {
         Value::Int(Some(*self))
     }
+    fn read(column: &dyn Array, row: usize) -> Option<Self> {
+        let column = column.as_primitive_opt::<Int64Type>()?;
+        column.is_valid(row).then(|| column.value(row))
+    }
 }
 
 impl Column for bool {
@@ -281,6 +301,10 @@ impl Column for bool {
     }
     fn value(&self) -> Value {
         Value::Bool(Some(*self))
+    }
+    fn read(column: &dyn Array, row: usize) -> Option<Self> {
+        let column = column.as_boolean_opt()?;
+        column.is_valid(row).then(|| column.value(row))
     }
 }
 
@@ -291,6 +315,13 @@ impl Column for DateTime<Utc> {
     fn value(&self) -> Value {
         Value::Time(Some(*self))
     }
+    fn read(column: &dyn Array, row: usize) -> Option<Self> {
+        let column = column.as_primitive_opt::<TimestampMicrosecondType>()?;
+        column
+            .is_valid(row)
+            .then(|| DateTime::from_timestamp_micros(column.value(row)))
+            .flatten()
+    }
 }
 
 impl Column for i32 {
@@ -299,6 +330,10 @@ impl Column for i32 {
     }
     fn value(&self) -> Value {
         Value::Int(Some(i64::from(*self)))
+    }
+    fn read(column: &dyn Array, row: usize) -> Option<Self> {
+        let column = column.as_primitive_opt::<Int32Type>()?;
+        column.is_valid(row).then(|| column.value(row))
     }
 }
 
@@ -322,6 +357,12 @@ impl<T: Column> Column for Option<T> {
         match self {
             Some(value) => value.value(),
             None => Value::Null,
+        }
+    }
+    fn read(column: &dyn Array, row: usize) -> Option<Self> {
+        match column.is_valid(row) {
+            true => T::read(column, row).map(Some),
+            false => Some(None),
         }
     }
 }
@@ -358,6 +399,52 @@ pub(crate) trait StoredRow {
     fn iceberg_schema() -> Result<iceberg::spec::Schema> {
         iceberg_schema(&Self::columns())
     }
+
+    /// The rows of `batch`, read from `table` (named in errors): each
+    /// column found by its name and cast to the field's type.
+    fn from_batch(table: &str, batch: &RecordBatch) -> Result<Vec<Self>>
+    where
+        Self: Sized;
+}
+
+/// The columns of `batch` that stored row `columns` reads, by name and
+/// cast to their types: a table changed outside icestage is refused by the
+/// column it lacks, not read wrongly.
+pub(crate) fn stored_columns(
+    table: &str,
+    columns: &SchemaRef,
+    batch: &RecordBatch,
+) -> Result<Vec<ArrayRef>> {
+    columns
+        .fields()
+        .iter()
+        .map(|field| {
+            let found = batch.column_by_name(field.name()).ok_or_else(|| {
+                Error::invalid(format!(
+                    "table {table} has no column '{}': it was changed outside icestage; \
+                     add the column back as {} or drop the table",
+                    field.name(),
+                    field.data_type()
+                ))
+            })?;
+            Ok(datafusion::arrow::compute::cast(found, field.data_type())?)
+        })
+        .collect()
+}
+
+/// The value at `row` of stored column `name`, read back as `T`.
+pub(crate) fn stored_value<T: Column>(
+    table: &str,
+    name: &str,
+    column: &ArrayRef,
+    row: usize,
+) -> Result<T> {
+    T::read(column.as_ref(), row).ok_or_else(|| {
+        Error::invalid(format!(
+            "table {table} holds NULL or an unreadable value in column '{name}' at row {row}: \
+             it was changed outside icestage; drop the table"
+        ))
+    })
 }
 
 /// The Iceberg schema of the columns of a stored row (see [`StoredRow`]).
@@ -436,6 +523,32 @@ macro_rules! result_row {
 
             fn values(&self) -> Vec<$crate::rows::Value> {
                 vec![ $( $crate::rows::Column::value(&self.$field), )* ]
+            }
+
+            fn from_batch(
+                table: &str,
+                batch: &::datafusion::arrow::array::RecordBatch,
+            ) -> $crate::error::Result<Vec<Self>> {
+                let columns = $crate::rows::stored_columns(
+                    table,
+                    &<Self as $crate::rows::StoredRow>::columns(),
+                    batch,
+                )?;
+                (0..batch.num_rows())
+                    .map(|row| {
+                        let mut column = columns.iter();
+                        Ok(Self { $(
+                            $field: $crate::rows::stored_value(
+                                table,
+                                stringify!($field),
+                                column.next().ok_or_else(|| {
+                                    $crate::error::Error::internal("a stored row's columns")
+                                })?,
+                                row,
+                            )?,
+                        )* })
+                    })
+                    .collect()
             }
         }
     };
@@ -587,6 +700,104 @@ mod tests {
                 "7 record string optional",
                 "8 recorded_at timestamptz required",
             ]
+        );
+    }
+
+    /// A stored row reads back as written, from the columns as a scan
+    /// returns them (by name, in any order, in a type that casts to the
+    /// field's); a table changed outside icestage is refused by the column
+    /// it lacks or the NULL it holds, not read wrongly.
+    #[test]
+    fn stored_rows_read_back_as_written() {
+        use crate::ingest::copy_into::LogRow;
+        use datafusion::arrow::array::{Int32Array, StringViewArray};
+        use datafusion::arrow::datatypes::Schema;
+
+        let at = DateTime::from_timestamp_micros(1_764_000_000_123_456).unwrap();
+        let rows = vec![
+            LogRow {
+                target_table: "db.t".into(),
+                file: "s3://b/a.csv".into(),
+                size: Some(42),
+                etag: None,
+                version: Some("v1".into()),
+                copy_id: "c1".into(),
+                state: "loading".into(),
+                recorded_at: at,
+            },
+            LogRow {
+                target_table: "db.t".into(),
+                file: String::new(),
+                size: None,
+                etag: Some("\"e\"".into()),
+                version: None,
+                copy_id: "c1".into(),
+                state: "committed".into(),
+                recorded_at: at,
+            },
+        ];
+        let batch = LogRow::to_batch(&rows).unwrap();
+        assert_eq!(
+            LogRow::from_batch("icestage.copy_log", &batch).unwrap(),
+            rows
+        );
+
+        // Reordered, with the text as string views and the size as int:
+        // read by name and cast.
+        let schema = batch.schema();
+        let mut fields = vec![];
+        let mut columns: Vec<ArrayRef> = vec![];
+        for (field, column) in schema.fields().iter().zip(batch.columns()).rev() {
+            let column: ArrayRef = match field.name().as_str() {
+                "state" => Arc::new(StringViewArray::from(vec!["loading", "committed"])),
+                "size" => Arc::new(Int32Array::from(vec![Some(42), None])),
+                _ => Arc::clone(column),
+            };
+            fields.push(
+                field
+                    .as_ref()
+                    .clone()
+                    .with_data_type(column.data_type().clone()),
+            );
+            columns.push(column);
+        }
+        let scanned = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+        assert_eq!(
+            LogRow::from_batch("icestage.copy_log", &scanned).unwrap(),
+            rows
+        );
+
+        let without = batch.project(&[0, 1, 2, 3, 4, 6, 7]).unwrap();
+        let err = LogRow::from_batch("icestage.copy_log", &without)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("table icestage.copy_log has no column 'copy_id'")
+                && err.contains("add the column back as Utf8 or drop the table"),
+            "{err}"
+        );
+
+        // A scan of a changed table: `state` made optional, one NULL in it.
+        let relaxed = Arc::new(Schema::new(
+            batch
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        ));
+        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        columns[6] = Arc::new(datafusion::arrow::array::StringArray::from(vec![
+            Some("loading"),
+            None,
+        ]));
+        let changed = RecordBatch::try_new(relaxed, columns).unwrap();
+        let err = LogRow::from_batch("icestage.copy_log", &changed)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("table icestage.copy_log holds NULL or an unreadable value in column 'state' at row 1"),
+            "{err}"
         );
     }
 }

@@ -17,10 +17,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Int64Type};
-use datafusion::arrow::datatypes::{Field, FieldRef, Schema as ArrowSchema};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema as ArrowSchema};
 use datafusion::error::DataFusionError;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::expr::Reference;
@@ -127,16 +125,8 @@ impl Loaded {
     }
 }
 
-/// One row of the copy log.
-struct LogEntry {
-    file: String,
-    copy_id: String,
-    state: String,
-    loaded: Loaded,
-}
-
 /// The log's rows for the table named `target`.
-async fn log_entries(catalog: &dyn Catalog, target: &str) -> Result<Vec<LogEntry>> {
+async fn log_entries(catalog: &dyn Catalog, target: &str) -> Result<Vec<LogRow>> {
     let table = match catalog.load_table(&log_ident()).await {
         Ok(table) => table,
         Err(e) if is_missing(&e) => return Ok(vec![]),
@@ -150,49 +140,17 @@ async fn log_entries(catalog: &dyn Catalog, target: &str) -> Result<Vec<LogEntry
         .await?
         .try_collect()
         .await?;
+    let log = log_ident().to_string();
     let mut entries = vec![];
     for batch in &batches {
-        let text = |name: &str| -> Result<Arc<dyn Array>> {
-            Ok(cast(
-                batch.column_by_name(name).expect("log column"),
-                &DataType::Utf8,
-            )?)
-        };
-        let (file, copy, state, etag) = (
-            text("file")?,
-            text("copy_id")?,
-            text("state")?,
-            text("etag")?,
-        );
-        let size = cast(
-            batch.column_by_name("size").expect("log column"),
-            &DataType::Int64,
-        )?;
-        let (file, copy, state, etag) = (
-            file.as_string::<i32>(),
-            copy.as_string::<i32>(),
-            state.as_string::<i32>(),
-            etag.as_string::<i32>(),
-        );
-        let size = size.as_primitive::<Int64Type>();
-        for row in 0..batch.num_rows() {
-            entries.push(LogEntry {
-                file: file.value(row).to_string(),
-                copy_id: copy.value(row).to_string(),
-                state: state.value(row).to_string(),
-                loaded: Loaded {
-                    size: size.is_valid(row).then(|| size.value(row)),
-                    etag: etag.is_valid(row).then(|| etag.value(row).to_string()),
-                },
-            });
-        }
+        entries.extend(LogRow::from_batch(&log, batch)?);
     }
     Ok(entries)
 }
 
 /// The copies of `entries` that are proven: by the `committed` marker or
 /// by a snapshot of `target` carrying the copy id.
-fn proven_copies(entries: &[LogEntry], target: &Table) -> HashSet<String> {
+fn proven_copies(entries: &[LogRow], target: &Table) -> HashSet<String> {
     entries
         .iter()
         .filter(|e| {
@@ -205,20 +163,31 @@ fn proven_copies(entries: &[LogEntry], target: &Table) -> HashSet<String> {
         .collect()
 }
 
-/// The files loaded into `target` by proven copies (URI → size and ETag),
-/// and those copies.
-pub(crate) async fn loaded_files(
-    catalog: &IcebergCatalog,
-    target: &Table,
-) -> Result<(HashMap<String, Loaded>, HashSet<String>)> {
+/// What the copy log says was loaded into a table.
+#[derive(Debug, Default)]
+pub(crate) struct LoadedFiles {
+    /// The files loaded by proven copies: URI → size and ETag.
+    pub(crate) files: HashMap<String, Loaded>,
+    /// Those copies.
+    pub(crate) proven: HashSet<String>,
+}
+
+/// The files loaded into `target` by proven copies, and those copies.
+pub(crate) async fn loaded_files(catalog: &IcebergCatalog, target: &Table) -> Result<LoadedFiles> {
     let entries = log_entries(catalog.catalog().as_ref(), &target.identifier().to_string()).await?;
     let proven = proven_copies(&entries, target);
     let files = entries
         .into_iter()
         .filter(|e| !e.file.is_empty() && proven.contains(&e.copy_id))
-        .map(|e| (e.file, e.loaded))
+        .map(|e| {
+            let loaded = Loaded {
+                size: e.size,
+                etag: e.etag,
+            };
+            (e.file, loaded)
+        })
         .collect();
-    Ok((files, proven))
+    Ok(LoadedFiles { files, proven })
 }
 
 const LOADED_MEANWHILE: &str = "loaded meanwhile: ";
@@ -567,7 +536,10 @@ pub(crate) async fn copy_files(
         Err(e) if is_missing(&e) => None,
         Err(e) => return Err(e.into()),
     };
-    let (loaded, known) = match &existing {
+    let LoadedFiles {
+        files: loaded,
+        proven: known,
+    } = match &existing {
         Some(table) => loaded_files(catalog, table).await?,
         None => Default::default(),
     };
@@ -842,13 +814,13 @@ pub(crate) async fn copy_files(
     let purged = if options.purge {
         purge(access, &done).await
     } else {
-        (0, String::new())
+        Purged::default()
     };
     progress.finish();
     report.files_loaded = done.len() as i64;
     report.rows = rows;
     report.rows_rejected = rejected.len() as i64;
-    report.files_purged = purged.0;
+    report.files_purged = purged.files;
     report.snapshot_id = Some(snapshot_id);
     report.message = format!(
         "loaded {} file(s), {rows} row(s) into {name}{}{}{changed_note}{}{}",
@@ -870,7 +842,7 @@ pub(crate) async fn copy_files(
                 failed_message(&name, &failed, "the rest was loaded")
             )
         },
-        purged.1
+        purged.note
     );
     Ok(CopyRun {
         report,
@@ -1021,10 +993,19 @@ fn json_rows(batch: &RecordBatch) -> Result<Vec<String>> {
     Ok(text.lines().map(str::to_string).collect())
 }
 
-/// Deletes the source `files` a copy loaded (after its commit): how many
-/// went, and a note naming those that could not be deleted. A failed
+/// What a copy's `purge` did.
+#[derive(Debug, Default)]
+struct Purged {
+    /// How many source files went.
+    files: i64,
+    /// The message's note about them, naming those that could not be
+    /// deleted (empty without `purge`).
+    note: String,
+}
+
+/// Deletes the source `files` a copy loaded (after its commit). A failed
 /// delete is reported, not retried: the file stays loaded once.
-async fn purge(access: &Access, files: &[SourceFile]) -> (i64, String) {
+async fn purge(access: &Access, files: &[SourceFile]) -> Purged {
     let mut purged = 0i64;
     let mut kept = vec![];
     for file in files {
@@ -1051,7 +1032,10 @@ async fn purge(access: &Access, files: &[SourceFile]) -> (i64, String) {
                 .join("; ")
         )
     };
-    (purged, note)
+    Purged {
+        files: purged,
+        note,
+    }
 }
 
 /// `<n> file(s) failed (<uri>: <error>; ...)`, naming the first few.
@@ -1123,6 +1107,6 @@ async fn rejects_of(
             e.into()
         }
     })?;
-    let (_, proven) = loaded_files(catalog, &target).await?;
+    let proven = loaded_files(catalog, &target).await?.proven;
     super::rejects::list(catalog, &target.identifier().to_string(), &proven).await
 }

@@ -23,7 +23,7 @@ use super::write::Copying;
 use crate::cluster::{
     Answer, Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_for_items, share,
 };
-use crate::config::keys;
+use crate::config::{WithOptions, keys};
 use crate::error::{Error, Result};
 
 /// The job's kind, as decoders know it.
@@ -123,8 +123,11 @@ impl Job for CopyJob {
         let mine = share(&self.files, partition, self.partitions);
         let job = self.clone();
         async move {
-            let options =
-                SourceOptions::from_pairs("COPY INTO", &job.options, &keys(READ_OPTIONS))?;
+            let options = SourceOptions::from_pairs(
+                SourceOptions::STATEMENT,
+                &job.options,
+                &keys(READ_OPTIONS),
+            )?;
             let format = Format::parse(&job.format)?;
             let access = Access::open(&job.uri, &options).await?;
             let target = job.target.open().await?;

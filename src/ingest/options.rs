@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::config::{OptionDoc, WithOptions, keys};
+use crate::config::{self, OptionDoc, OptionSyntax, WithOptions, keys};
 use crate::error::{Error, Result};
 use crate::secret::Secret;
 
@@ -424,8 +424,9 @@ const COPY_OPTIONS: &[OptionDoc] = &[
     ),
 ];
 
-/// How many of [`COPY_OPTIONS`] say how files are found and read.
-const READING: usize = 18;
+/// How many of [`COPY_OPTIONS`] say how files are found and read: those
+/// up to and with `include_metadata`, the last of them.
+const READING: usize = config::position(COPY_OPTIONS, "include_metadata") + 1;
 
 /// The options `read_s3_prefix` and `infer_s3_schema` take: those of
 /// `COPY INTO` that say how files are found and read.
@@ -442,16 +443,6 @@ pub(crate) const AWS_OPTIONS: &[&str] = &[
     "role_arn",
     "external_id",
 ];
-
-fn parse_bool(name: &str, value: &str) -> Result<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(Error::invalid(format!(
-            "option {name} = '{value}' is not a boolean: write {name} => true or false"
-        ))),
-    }
-}
 
 impl WithOptions for SourceOptions {
     const STATEMENT: &'static str = "COPY INTO";
@@ -527,6 +518,12 @@ impl SourceOptions {
         accepted: &[&str],
     ) -> Result<Self> {
         let mut options = Self::default();
+        let syntax = if what == Self::STATEMENT {
+            OptionSyntax::With
+        } else {
+            OptionSyntax::Arguments
+        };
+        let parse_bool = |name: &str, value: &str| syntax.parse_bool(name, value);
         for (name, value) in pairs {
             let name = name.to_ascii_lowercase();
             if !accepted.contains(&name.as_str()) {
@@ -651,7 +648,7 @@ mod tests {
     #[test]
     fn the_reading_options_lead_copy_into_s() {
         let reading = keys(READ_OPTIONS);
-        assert_eq!(reading.last(), Some(&"include_metadata"));
+        assert!(reading.contains(&"pattern") && reading.contains(&"hive_partitioning"));
         assert!(AWS_OPTIONS.iter().all(|key| reading.contains(key)));
         let loading = &keys(COPY_OPTIONS)[READING..];
         assert!(loading.iter().all(|key| !reading.contains(key)));
@@ -698,6 +695,21 @@ mod tests {
         .to_string();
         assert!(
             err.contains("give access_key_id and secret_access_key together"),
+            "{err}"
+        );
+        // A bad boolean is shown as the user wrote it: `WITH (k = v)` for
+        // COPY INTO, named arguments `k => v` for a table function.
+        let maybe = pairs(&[("header", "maybe")]);
+        let err = SourceOptions::from_with(&maybe).unwrap_err().to_string();
+        assert!(
+            err.contains("option header = 'maybe' is not a boolean: write header = true"),
+            "{err}"
+        );
+        let err = SourceOptions::from_pairs("read_s3_prefix", &maybe, &keys(READ_OPTIONS))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("option header => 'maybe' is not a boolean: write header => true"),
             "{err}"
         );
     }

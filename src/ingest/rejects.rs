@@ -4,12 +4,9 @@
 //! is proven committed, as the copy log's rows do.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Int64Type, TimestampMicrosecondType};
+use datafusion::arrow::array::RecordBatch;
 use futures::TryStreamExt;
 use iceberg::TableIdent;
 use iceberg::expr::Reference;
@@ -18,7 +15,7 @@ use iceberg::spec::Datum;
 use super::records::Rejected;
 use crate::catalog::IcebergCatalog;
 use crate::catalog::bridge::insert::append_stored;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::rows::{StoredRow, result_row};
 use crate::session::is_missing;
 use crate::session::log::icestage_table;
@@ -110,6 +107,20 @@ result_row! {
     }
 }
 
+impl From<RejectRow> for CopyReject {
+    fn from(row: RejectRow) -> Self {
+        Self {
+            copy_id: row.copy_id,
+            file: row.file,
+            line: row.line,
+            column: row.column,
+            error: row.error,
+            record: row.record,
+            recorded_at: row.recorded_at,
+        }
+    }
+}
+
 result_row! {
     /// One error `COPY INTO ... WITH (validation_mode = 'return_errors')`
     /// found: a malformed row, or a file that cannot be loaded at all
@@ -174,52 +185,13 @@ pub(crate) async fn list(
         .await?
         .try_collect()
         .await?;
+    let table = rejects_ident().to_string();
     let mut rows = vec![];
     for batch in &batches {
-        let column = |name: &str| {
-            batch.column_by_name(name).ok_or_else(|| {
-                Error::internal(format!("{COPY_REJECTS_TABLE} has no column {name}"))
-            })
-        };
-        let text =
-            |name: &str| -> Result<Arc<dyn Array>> { Ok(cast(column(name)?, &DataType::Utf8)?) };
-        let (copy, file, col, error, record) = (
-            text("copy_id")?,
-            text("file")?,
-            text("column")?,
-            text("error")?,
-            text("record")?,
-        );
-        let line = cast(column("line")?, &DataType::Int64)?;
-        let at = cast(
-            column("recorded_at")?,
-            &DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
-        )?;
-        let (copy, file, col, error, record) = (
-            copy.as_string::<i32>(),
-            file.as_string::<i32>(),
-            col.as_string::<i32>(),
-            error.as_string::<i32>(),
-            record.as_string::<i32>(),
-        );
-        let line = line.as_primitive::<Int64Type>();
-        let at = at.as_primitive::<TimestampMicrosecondType>();
-        for row in 0..batch.num_rows() {
-            if !proven.contains(copy.value(row)) {
-                continue;
+        for reject in RejectRow::from_batch(&table, batch)? {
+            if proven.contains(&reject.copy_id) {
+                rows.push(CopyReject::from(reject));
             }
-            let optional = |a: &datafusion::arrow::array::StringArray| {
-                a.is_valid(row).then(|| a.value(row).to_string())
-            };
-            rows.push(CopyReject {
-                copy_id: copy.value(row).to_string(),
-                file: file.value(row).to_string(),
-                line: line.is_valid(row).then(|| line.value(row)),
-                column: optional(col),
-                error: error.value(row).to_string(),
-                record: optional(record),
-                recorded_at: DateTime::from_timestamp_micros(at.value(row)).unwrap_or_default(),
-            });
         }
     }
     rows.sort_by(|a, b| {

@@ -449,15 +449,23 @@ fn record(name: &str, run: &crate::ingest::copy_into::CopyRun, started: DateTime
     );
 }
 
-/// The files under the pipe's prefix not loaded yet (failed ones left out),
-/// and the age in seconds of the oldest.
-pub(crate) async fn pending(icestage: &Catalogs, pipe: &Pipe) -> Result<(i64, Option<i64>)> {
+/// The files under a pipe's prefix not loaded yet (failed ones left out).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pending {
+    /// How many.
+    pub(crate) files: i64,
+    /// The age in seconds of the oldest, when there is one.
+    pub(crate) lag_seconds: Option<i64>,
+}
+
+/// What waits under `pipe`'s prefix, listed now.
+pub(crate) async fn pending(icestage: &Catalogs, pipe: &Pipe) -> Result<Pending> {
     let options = pipe.source_options()?;
     let access = Access::open(&pipe.uri, &options).await?;
     let files = candidates(&access).await?;
     let catalog = icestage.catalog(&pipe.catalog)?;
     let loaded: HashMap<String, Loaded> = match catalog.catalog().load_table(&pipe.target).await {
-        Ok(target) => loaded_files(catalog, &target).await?.0,
+        Ok(target) => loaded_files(catalog, &target).await?.files,
         Err(e) if is_missing(&e) => HashMap::new(),
         Err(e) => return Err(e.into()),
     };
@@ -468,7 +476,10 @@ pub(crate) async fn pending(icestage: &Catalogs, pipe: &Pipe) -> Result<(i64, Op
         .collect();
     let oldest = waiting.iter().map(|f| f.meta.last_modified).min();
     let lag = oldest.map(|at| Utc::now().signed_duration_since(at).num_seconds().max(0));
-    Ok((waiting.len() as i64, lag))
+    Ok(Pending {
+        files: waiting.len() as i64,
+        lag_seconds: lag,
+    })
 }
 
 /// Sets `properties` on the pipe if it is still held by `holder`.

@@ -2,15 +2,14 @@
 //! they recorded (what the pipe webhooks report).
 
 use std::fmt;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::{Pipe, PipeName, PipeState, list, load, run};
+use super::{Pipe, PipeName, PipeState, RunRow, list, load, run};
 use crate::catalog::Catalogs;
 use crate::config::format_duration;
 use crate::error::Result;
-use crate::rows::result_row;
+use crate::rows::{StoredRow, result_row};
 use crate::session::CommandContext;
 use crate::session::operation::Operation;
 
@@ -62,7 +61,7 @@ result_row! {
 const NAMED_FAILURES: usize = 3;
 
 impl Pipe {
-    fn status(&self, pending: Option<(i64, Option<i64>)>) -> PipeStatus {
+    fn status(&self, pending: Option<run::Pending>) -> PipeStatus {
         let failures = (!self.failures.is_empty()).then(|| {
             let mut named: Vec<String> = self
                 .failures
@@ -96,8 +95,8 @@ impl Pipe {
             files_failed: self.failures.len() as i64,
             failures,
             last_error: self.last_error.clone(),
-            pending_files: pending.map(|(n, _)| n),
-            lag_seconds: pending.and_then(|(_, lag)| lag),
+            pending_files: pending.map(|p| p.files),
+            lag_seconds: pending.and_then(|p| p.lag_seconds),
             running_on: self.held_by(Utc::now()).map(str::to_string),
         }
     }
@@ -194,9 +193,6 @@ pub(crate) async fn runs_since(
     since: DateTime<Utc>,
 ) -> Result<Vec<PipeRunRecord>> {
     use crate::catalog::manifests::lookup::Wanted;
-    use datafusion::arrow::array::{Array, AsArray};
-    use datafusion::arrow::compute::cast;
-    use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
     let mut records = vec![];
     for pipe in list(icestage).await? {
         // The files whose runs may have finished since, from manifests
@@ -207,43 +203,20 @@ pub(crate) async fn runs_since(
             .manifests()
             .read(&pipe.table, wanted)
             .await?;
+        let table = pipe.table.identifier().to_string();
         for batch in &batches {
-            let column = |name: &str, to: &DataType| -> Result<Arc<dyn Array>> {
-                Ok(cast(batch.column_by_name(name).expect("runs column"), to)?)
-            };
-            let text = |name: &str| column(name, &DataType::Utf8);
-            let long = |name: &str| column(name, &DataType::Int64);
-            let micros =
-                |name: &str| column(name, &DataType::Timestamp(TimeUnit::Microsecond, None));
-            let (run_id, runner, message) = (text("run_id")?, text("runner")?, text("message")?);
-            let (loaded, rows, failed, snapshot) = (
-                long("files_loaded")?,
-                long("rows")?,
-                long("files_failed")?,
-                long("snapshot_id")?,
-            );
-            let (started, finished) = (micros("started_at")?, micros("finished_at")?);
-            let at = |array: &Arc<dyn Array>, row: usize| {
-                let array = array.as_primitive::<TimestampMicrosecondType>();
-                array
-                    .is_valid(row)
-                    .then(|| DateTime::from_timestamp_micros(array.value(row)))
-                    .flatten()
-            };
-            for row in 0..batch.num_rows() {
-                let long = |array: &Arc<dyn Array>| array.as_primitive::<Int64Type>().value(row);
-                let snapshot = snapshot.as_primitive::<Int64Type>();
+            for run in RunRow::from_batch(&table, batch)? {
                 records.push(PipeRunRecord {
                     pipe: pipe.name.clone(),
-                    run_id: run_id.as_string::<i32>().value(row).to_string(),
-                    started_at: at(&started, row),
-                    finished_at: at(&finished, row),
-                    runner: runner.as_string::<i32>().value(row).to_string(),
-                    files_loaded: long(&loaded),
-                    rows: long(&rows),
-                    files_failed: long(&failed),
-                    snapshot_id: snapshot.is_valid(row).then(|| snapshot.value(row)),
-                    message: message.as_string::<i32>().value(row).to_string(),
+                    run_id: run.run_id,
+                    started_at: Some(run.started_at),
+                    finished_at: Some(run.finished_at),
+                    runner: run.runner,
+                    files_loaded: run.files_loaded,
+                    rows: run.rows,
+                    files_failed: run.files_failed,
+                    snapshot_id: run.snapshot_id,
+                    message: run.message,
                 });
             }
         }

@@ -68,10 +68,10 @@ impl Evidence {
         properties
     }
 
-    /// Whether `summary` claims this evidence, and whether it proves it.
-    fn claimed(&self, summary: &HashMap<String, String>) -> (bool, bool) {
+    /// What `summary` says of this evidence.
+    fn claimed(&self, summary: &HashMap<String, String>) -> Claim {
         if summary.get(&self.key) != Some(&self.value) {
-            return (false, false);
+            return Claim::Absent;
         }
         let proven = match &self.proof {
             None => true,
@@ -79,18 +79,21 @@ impl Evidence {
                 .get(key)
                 .is_some_and(|found| crate::secret::equal_time(found.as_bytes(), proof.as_bytes())),
         };
-        (true, proven)
+        match proven {
+            true => Claim::Proven,
+            false => Claim::Forged,
+        }
     }
 
     /// The first snapshot of `table` that carries this evidence, proof
     /// included.
     pub(crate) fn found_in(&self, table: &Table) -> Option<i64> {
-        self.claims(table, true).next()
+        self.claims(table, Claim::Proven).next()
     }
 
     /// Whether `snapshot` carries this evidence, proof included.
     pub(crate) fn carried_by(&self, snapshot: &iceberg::spec::Snapshot) -> bool {
-        self.claimed(&snapshot.summary().additional_properties) == (true, true)
+        self.claimed(&snapshot.summary().additional_properties) == Claim::Proven
     }
 
     /// The first snapshot on branch `branch` of `table` (its head, then
@@ -104,17 +107,29 @@ impl Evidence {
     /// The snapshots of `table` that claim this evidence without its proof:
     /// another writer's forgery, ignored.
     pub(crate) fn forged_in(&self, table: &Table) -> Vec<i64> {
-        self.claims(table, false).collect()
+        self.claims(table, Claim::Forged).collect()
     }
 
-    /// The snapshots of `table` that claim this evidence, `proven` or not.
-    fn claims<'a>(&'a self, table: &'a Table, proven: bool) -> impl Iterator<Item = i64> + 'a {
+    /// The snapshots of `table` whose claim of this evidence is `claim`.
+    fn claims<'a>(&'a self, table: &'a Table, claim: Claim) -> impl Iterator<Item = i64> + 'a {
         table
             .metadata()
             .snapshots()
-            .filter(move |s| self.claimed(&s.summary().additional_properties) == (true, proven))
+            .filter(move |s| self.claimed(&s.summary().additional_properties) == claim)
             .map(|s| s.snapshot_id())
     }
+}
+
+/// What a snapshot's summary says of a piece of [`Evidence`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// It does not carry the evidence.
+    Absent,
+    /// It carries the evidence without its proof: another writer's
+    /// forgery.
+    Forged,
+    /// It carries the evidence and its proof.
+    Proven,
 }
 
 /// How often a commit that keeps conflicting is tried before giving up.
