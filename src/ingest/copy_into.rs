@@ -20,9 +20,8 @@ use chrono::{DateTime, Utc};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema as ArrowSchema};
 use datafusion::error::DataFusionError;
-use futures::{StreamExt, TryStreamExt};
-use iceberg::expr::Reference;
-use iceberg::spec::{Datum, Schema, TableMetadataBuilder};
+use futures::StreamExt;
+use iceberg::spec::{Schema, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableCreation, TableIdent};
 use object_store::ObjectStoreExt;
@@ -39,7 +38,7 @@ pub(crate) use super::source::{Access, SourceFile};
 use super::write::{Copying, Written, open_file};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::TableName;
-use crate::catalog::bridge::insert::append_stored;
+use crate::catalog::bridge::insert::{append_stored, stored_rows_of};
 use crate::catalog::commit::{Evidence, append_once_guarded};
 use crate::catalog::scoped::{LoadCheck, with_current_schema};
 use crate::cluster::Cluster;
@@ -127,25 +126,7 @@ impl Loaded {
 
 /// The log's rows for the table named `target`.
 async fn log_entries(catalog: &dyn Catalog, target: &str) -> Result<Vec<LogRow>> {
-    let table = match catalog.load_table(&log_ident()).await {
-        Ok(table) => table,
-        Err(e) if is_missing(&e) => return Ok(vec![]),
-        Err(e) => return Err(e.into()),
-    };
-    let batches: Vec<RecordBatch> = table
-        .scan()
-        .with_filter(Reference::new("target_table").equal_to(Datum::string(target)))
-        .build()?
-        .to_arrow()
-        .await?
-        .try_collect()
-        .await?;
-    let log = log_ident().to_string();
-    let mut entries = vec![];
-    for batch in &batches {
-        entries.extend(LogRow::from_batch(&log, batch)?);
-    }
-    Ok(entries)
+    stored_rows_of(catalog, &log_ident(), target).await
 }
 
 /// The copies of `entries` that are proven: by the `committed` marker or

@@ -23,7 +23,7 @@ use super::write::Copying;
 use crate::cluster::{
     Answer, Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_for_items, share,
 };
-use crate::config::{WithOptions, keys};
+use crate::config::{OptionSyntax, WithOptions, keys};
 use crate::error::{Error, Result};
 
 /// The job's kind, as decoders know it.
@@ -125,6 +125,7 @@ impl Job for CopyJob {
         async move {
             let options = SourceOptions::from_pairs(
                 SourceOptions::STATEMENT,
+                OptionSyntax::With,
                 &job.options,
                 &keys(READ_OPTIONS),
             )?;

@@ -29,7 +29,7 @@ use super::options::{AWS_OPTIONS, READ_OPTIONS, SourceOptions};
 use super::read::{PrefixTable, Source, vocabulary};
 use super::source::{Access, Location};
 use crate::catalog::block_on;
-use crate::config::keys;
+use crate::config::{OptionSyntax, keys};
 use crate::error::{Error, Result};
 use crate::rows::timestamp_type;
 use crate::rows::{Value, batch};
@@ -159,7 +159,12 @@ impl RelationPlanner for PrefixRelationPlanner {
         };
         let provider: Arc<dyn datafusion::catalog::TableProvider> = match function.as_str() {
             "read_s3_prefix" => {
-                let options = SourceOptions::from_pairs(&function, &named, &keys(READ_OPTIONS))?;
+                let options = SourceOptions::from_pairs(
+                    &function,
+                    OptionSyntax::Arguments,
+                    &named,
+                    &keys(READ_OPTIONS),
+                )?;
                 if by_file::wanted(&options) {
                     Arc::new(block_on(by_file::table(uri, &options))?)
                 } else {
@@ -168,11 +173,21 @@ impl RelationPlanner for PrefixRelationPlanner {
                 }
             }
             "infer_s3_schema" => {
-                let options = SourceOptions::from_pairs(&function, &named, &keys(READ_OPTIONS))?;
+                let options = SourceOptions::from_pairs(
+                    &function,
+                    OptionSyntax::Arguments,
+                    &named,
+                    &keys(READ_OPTIONS),
+                )?;
                 Arc::new(block_on(infer_schema(uri, &options))?)
             }
             "list_s3" => {
-                let options = SourceOptions::from_pairs(&function, &named, AWS_OPTIONS)?;
+                let options = SourceOptions::from_pairs(
+                    &function,
+                    OptionSyntax::Arguments,
+                    &named,
+                    AWS_OPTIONS,
+                )?;
                 Arc::new(block_on(list(uri, &options))?)
             }
             _ => Arc::new(cross_account_setup(uri, &named)?),

@@ -449,7 +449,12 @@ impl WithOptions for SourceOptions {
     const OPTIONS: &'static [OptionDoc] = COPY_OPTIONS;
 
     fn parse(pairs: &[(String, String)]) -> Result<Self> {
-        Self::from_pairs(Self::STATEMENT, pairs, &keys(COPY_OPTIONS))
+        Self::from_pairs(
+            Self::STATEMENT,
+            OptionSyntax::With,
+            pairs,
+            &keys(COPY_OPTIONS),
+        )
     }
 }
 
@@ -511,18 +516,15 @@ impl SourceOptions {
         pairs
     }
 
-    /// Reads `name = value` pairs; `accepted` lists the names `what` takes.
+    /// Reads `name = value` pairs, written in `syntax`; `accepted` lists
+    /// the names `what` takes.
     pub(crate) fn from_pairs(
         what: &str,
+        syntax: OptionSyntax,
         pairs: &[(String, String)],
         accepted: &[&str],
     ) -> Result<Self> {
         let mut options = Self::default();
-        let syntax = if what == Self::STATEMENT {
-            OptionSyntax::With
-        } else {
-            OptionSyntax::Arguments
-        };
         let parse_bool = |name: &str, value: &str| syntax.parse_bool(name, value);
         for (name, value) in pairs {
             let name = name.to_ascii_lowercase();
@@ -635,9 +637,16 @@ mod tests {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        let options = SourceOptions::from_pairs("x", &pairs, &keys(READ_OPTIONS)).unwrap();
-        let again =
-            SourceOptions::from_pairs("x", &options.reading_pairs(), &keys(READ_OPTIONS)).unwrap();
+        let options =
+            SourceOptions::from_pairs("x", OptionSyntax::Arguments, &pairs, &keys(READ_OPTIONS))
+                .unwrap();
+        let again = SourceOptions::from_pairs(
+            "x",
+            OptionSyntax::Arguments,
+            &options.reading_pairs(),
+            &keys(READ_OPTIONS),
+        )
+        .unwrap();
         assert_eq!(again.reading_pairs(), options.reading_pairs());
         assert_eq!(again.delimiter, Some(b'\t'));
         assert_eq!(again.secret_access_key.unwrap().expose(), "s3cr3t");
@@ -663,6 +672,7 @@ mod tests {
         };
         let options = SourceOptions::from_pairs(
             "read_s3_prefix",
+            OptionSyntax::Arguments,
             &pairs(&[
                 ("format", "csv"),
                 ("files", "a.csv, b.csv"),
@@ -675,6 +685,7 @@ mod tests {
         assert_eq!(options.delimiter, Some(b'|'));
         let err = SourceOptions::from_pairs(
             "read_s3_prefix",
+            OptionSyntax::Arguments,
             &pairs(&[("fromat", "csv")]),
             &keys(READ_OPTIONS),
         )
@@ -688,6 +699,7 @@ mod tests {
         );
         let err = SourceOptions::from_pairs(
             "x",
+            OptionSyntax::Arguments,
             &pairs(&[("access_key_id", "AKIA")]),
             &keys(READ_OPTIONS),
         )
@@ -705,9 +717,14 @@ mod tests {
             err.contains("option header = 'maybe' is not a boolean: write header = true"),
             "{err}"
         );
-        let err = SourceOptions::from_pairs("read_s3_prefix", &maybe, &keys(READ_OPTIONS))
-            .unwrap_err()
-            .to_string();
+        let err = SourceOptions::from_pairs(
+            "read_s3_prefix",
+            OptionSyntax::Arguments,
+            &maybe,
+            &keys(READ_OPTIONS),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("option header => 'maybe' is not a boolean: write header => true"),
             "{err}"

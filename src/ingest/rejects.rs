@@ -6,18 +6,13 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::array::RecordBatch;
-use futures::TryStreamExt;
 use iceberg::TableIdent;
-use iceberg::expr::Reference;
-use iceberg::spec::Datum;
 
 use super::records::Rejected;
 use crate::catalog::IcebergCatalog;
-use crate::catalog::bridge::insert::append_stored;
+use crate::catalog::bridge::insert::{append_stored, stored_rows_of};
 use crate::error::Result;
 use crate::rows::{StoredRow, result_row};
-use crate::session::is_missing;
 use crate::session::log::icestage_table;
 
 /// Name of the rejections table (in the `icestage` namespace).
@@ -172,28 +167,13 @@ pub(crate) async fn list(
     name: &str,
     proven: &HashSet<String>,
 ) -> Result<Vec<CopyReject>> {
-    let table = match catalog.catalog().load_table(&rejects_ident()).await {
-        Ok(table) => table,
-        Err(e) if is_missing(&e) => return Ok(vec![]),
-        Err(e) => return Err(e.into()),
-    };
-    let batches: Vec<RecordBatch> = table
-        .scan()
-        .with_filter(Reference::new("target_table").equal_to(Datum::string(name)))
-        .build()?
-        .to_arrow()
-        .await?
-        .try_collect()
-        .await?;
-    let table = rejects_ident().to_string();
-    let mut rows = vec![];
-    for batch in &batches {
-        for reject in RejectRow::from_batch(&table, batch)? {
-            if proven.contains(&reject.copy_id) {
-                rows.push(CopyReject::from(reject));
-            }
-        }
-    }
+    let mut rows: Vec<CopyReject> =
+        stored_rows_of::<RejectRow>(catalog.catalog().as_ref(), &rejects_ident(), name)
+            .await?
+            .into_iter()
+            .filter(|reject| proven.contains(&reject.copy_id))
+            .map(CopyReject::from)
+            .collect();
     rows.sort_by(|a, b| {
         b.recorded_at
             .cmp(&a.recorded_at)

@@ -183,6 +183,39 @@ pub(crate) async fn append_stored<R: StoredRow>(
     append_rows(catalog, table, &values).await
 }
 
+/// The rows of icestage's own table `ident` about target table `target`
+/// (its `target_table` column, what such a table is partitioned by), read
+/// back as their type; none when the table was never made.
+pub(crate) async fn stored_rows_of<R: StoredRow>(
+    catalog: &dyn iceberg::Catalog,
+    ident: &TableIdent,
+    target: &str,
+) -> Result<Vec<R>> {
+    use futures::TryStreamExt;
+    use iceberg::expr::Reference;
+    use iceberg::spec::Datum;
+
+    let table = match catalog.load_table(ident).await {
+        Ok(table) => table,
+        Err(e) if crate::catalog::is_missing(&e) => return Ok(vec![]),
+        Err(e) => return Err(e.into()),
+    };
+    let batches: Vec<RecordBatch> = table
+        .scan()
+        .with_filter(Reference::new("target_table").equal_to(Datum::string(target)))
+        .build()?
+        .to_arrow()
+        .await?
+        .try_collect()
+        .await?;
+    let name = ident.to_string();
+    let mut rows = vec![];
+    for batch in &batches {
+        rows.extend(R::from_batch(&name, batch)?);
+    }
+    Ok(rows)
+}
+
 /// Appends `rows` (a few log rows, values in the order of the table's
 /// columns) to `table`, one of icestage's own tables. The rows of this
 /// process's appends that queue for one table go in one commit (a group
