@@ -368,7 +368,8 @@ impl<T: Column> Column for Option<T> {
 }
 
 /// A column type shown by its name: a state, a mode, a path (anything with
-/// `Display`), stored as a string.
+/// `Display`), stored as a string. Those listed after `read:` are read back
+/// too, by their `FromStr` (a value it refuses reads as unreadable).
 macro_rules! named_column {
     ($($ty:ty),* $(,)?) => {$(
         impl $crate::rows::Column for $ty {
@@ -377,6 +378,19 @@ macro_rules! named_column {
             }
             fn value(&self) -> $crate::rows::Value {
                 $crate::rows::Value::Str(Some(self.to_string()))
+            }
+        }
+    )*};
+    (read: $($ty:ty),* $(,)?) => {$(
+        impl $crate::rows::Column for $ty {
+            fn data_type() -> ::datafusion::arrow::datatypes::DataType {
+                ::datafusion::arrow::datatypes::DataType::Utf8
+            }
+            fn value(&self) -> $crate::rows::Value {
+                $crate::rows::Value::Str(Some(self.to_string()))
+            }
+            fn read(column: &dyn ::datafusion::arrow::array::Array, row: usize) -> Option<Self> {
+                <String as $crate::rows::Column>::read(column, row)?.parse().ok()
             }
         }
     )*};

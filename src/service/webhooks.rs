@@ -13,9 +13,6 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::DataType;
 use hmac::{Hmac, Mac};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
@@ -166,21 +163,13 @@ async fn delivered(
         .manifests()
         .read(&table, wanted)
         .await?;
+    let name = deliveries_ident().to_string();
     let mut ids = HashSet::new();
     for batch in &batches {
-        let column = batch.column_by_name("event_id").ok_or_else(|| {
-            crate::error::Error::invalid(format!(
-                "{} has no column event_id: it was not written by icestage",
-                deliveries_ident()
-            ))
-        })?;
-        let column = cast(column, &DataType::Utf8)?;
         ids.extend(
-            column
-                .as_string::<i32>()
-                .iter()
-                .flatten()
-                .map(str::to_string),
+            DeliveryRow::from_batch(&name, batch)?
+                .into_iter()
+                .map(|row| row.event_id),
         );
     }
     Ok(ids)

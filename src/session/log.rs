@@ -6,9 +6,8 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit, TimestampMicrosecondType};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Field, Schema as ArrowSchema};
 use iceberg::spec::Schema;
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
@@ -264,74 +263,46 @@ async fn read<S: FromStr<Err = Error>>(
 }
 
 /// The records of `batch`, read from `log` whose id, target and staging
-/// columns are named `names`.
+/// columns are named `names`: read as [`SessionLogRow`]s once those three
+/// take the row's names.
 fn decode<S: FromStr<Err = Error>>(
     batch: &RecordBatch,
     catalog: &str,
     log: SessionLog,
     names: &[String; 3],
 ) -> Result<Vec<SessionRecord<S>>> {
-    let column = |name: &str, to: &DataType| -> Result<Arc<dyn Array>> {
-        let array = batch.column_by_name(name).ok_or_else(|| {
-            Error::invalid(format!(
-                "the log {ICESTAGE_NAMESPACE}.{} has no column '{name}': it was not written by \
-                 icestage; rename the table to keep it, and icestage starts a new log",
-                log.table
-            ))
-        })?;
-        Ok(cast(array, to)?)
-    };
-    let time_type = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
-    let strings: Vec<Arc<dyn Array>> = [
-        names[0].as_str(),
-        "state",
-        names[1].as_str(),
-        names[2].as_str(),
-        "message",
-        "owner",
-    ]
-    .iter()
-    .map(|n| column(n, &DataType::Utf8))
-    .collect::<Result<_>>()?;
-    let longs: Vec<Arc<dyn Array>> = ["rows", "files", "snapshot_id"]
+    let schema = batch.schema();
+    let fields: Vec<Field> = schema
+        .fields()
         .iter()
-        .map(|n| column(n, &DataType::Int64))
-        .collect::<Result<_>>()?;
-    let times: Vec<Arc<dyn Array>> = ["created_at", "expires_at", "recorded_at"]
-        .iter()
-        .map(|n| column(n, &time_type))
-        .collect::<Result<_>>()?;
-    let string = |c: usize, row: usize| {
-        let a = strings[c].as_string::<i32>();
-        a.is_valid(row).then(|| a.value(row).to_string())
-    };
-    let long = |c: usize, row: usize| {
-        let a = longs[c].as_primitive::<Int64Type>();
-        a.is_valid(row).then(|| a.value(row))
-    };
-    let time = |c: usize, row: usize| {
-        let a = times[c].as_primitive::<TimestampMicrosecondType>();
-        a.is_valid(row)
-            .then(|| DateTime::<Utc>::from_timestamp_micros(a.value(row)))
-            .flatten()
-    };
-    (0..batch.num_rows())
+        .map(|field| {
+            let field = field.as_ref().clone();
+            match names.iter().position(|name| name == field.name()) {
+                Some(at) => field.with_name(["id", "target", "staging"][at]),
+                None => field,
+            }
+        })
+        .collect();
+    let batch = RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), batch.columns().to_vec())?;
+    let table = format!("{ICESTAGE_NAMESPACE}.{}", log.table);
+    SessionLogRow::from_batch(&table, &batch)?
+        .into_iter()
         .map(|row| {
             Ok(SessionRecord {
-                id: string(0, row).unwrap_or_default(),
-                state: string(1, row).unwrap_or_default().parse()?,
+                id: row.id,
+                state: row.state.parse()?,
                 catalog: catalog.to_string(),
-                target: string(2, row).unwrap_or_default(),
-                staging: string(3, row).unwrap_or_default(),
-                message: string(4, row),
-                owner: string(5, row),
-                rows: long(0, row),
-                files: long(1, row),
-                snapshot_id: long(2, row),
+                target: row.target,
+                staging: row.staging.unwrap_or_default(),
+                message: row.message,
+                owner: row.owner,
+                rows: row.rows,
+                files: row.files,
+                snapshot_id: row.snapshot_id,
                 findings: None,
-                created_at: time(0, row),
-                expires_at: time(1, row),
-                recorded_at: time(2, row),
+                created_at: row.created_at,
+                expires_at: row.expires_at,
+                recorded_at: Some(row.recorded_at),
             })
         })
         .collect()

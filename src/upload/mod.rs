@@ -167,11 +167,19 @@ impl UploadState {
     }
 }
 
-crate::rows::named_column!(UploadId, UploadState);
+crate::rows::named_column!(read: UploadId, UploadState);
 
 impl fmt::Display for UploadState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for UploadId {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        Self::parse(text)
     }
 }
 

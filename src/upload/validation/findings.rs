@@ -2,17 +2,13 @@
 //! (`staging.findings_<id>`) beside the staging table, so any process can
 //! read them and they go away with the upload.
 
-use std::sync::Arc;
-
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::arrow::array::RecordBatch;
 use futures::TryStreamExt;
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use crate::catalog::IcebergCatalog;
 use crate::catalog::bridge::insert::append_stored;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::rows::{StoredRow, result_row};
 use crate::upload::{STAGING_NAMESPACE, UploadId};
 
@@ -77,6 +73,20 @@ impl Finding {
     }
 }
 
+impl From<UploadFinding> for Finding {
+    fn from(row: UploadFinding) -> Self {
+        Self {
+            rule: row.rule,
+            kind: row.kind,
+            row: row.row,
+            file: row.file,
+            position: row.position,
+            values: row.values,
+            message: row.message,
+        }
+    }
+}
+
 pub(crate) fn findings_ident(id: &UploadId) -> TableIdent {
     TableIdent::new(
         NamespaceIdent::new(STAGING_NAMESPACE.to_string()),
@@ -124,35 +134,14 @@ pub(crate) async fn read(catalog: &IcebergCatalog, id: &UploadId) -> Result<Opti
         .await?
         .try_collect()
         .await?;
+    let name = findings_ident(id).to_string();
     let mut findings = vec![];
     for batch in &batches {
-        let column = |name: &str, to: &DataType| -> Result<Arc<dyn Array>> {
-            let array = batch
-                .column_by_name(name)
-                .ok_or_else(|| Error::invalid(format!("findings table has no column '{name}'")))?;
-            Ok(cast(array, to)?)
-        };
-        let text: Vec<Arc<dyn Array>> = ["rule", "kind", "row", "file", "values", "message"]
-            .iter()
-            .map(|n| column(n, &DataType::Utf8))
-            .collect::<Result<_>>()?;
-        let position = column("position", &DataType::Int64)?;
-        let position = position.as_primitive::<Int64Type>();
-        let string = |c: usize, row: usize| {
-            let a = text[c].as_string::<i32>();
-            a.is_valid(row).then(|| a.value(row).to_string())
-        };
-        for row in 0..batch.num_rows() {
-            findings.push(Finding {
-                rule: string(0, row).unwrap_or_default(),
-                kind: string(1, row).unwrap_or_default(),
-                row: string(2, row).unwrap_or_default(),
-                file: string(3, row),
-                position: position.is_valid(row).then(|| position.value(row)),
-                values: string(4, row).unwrap_or_default(),
-                message: string(5, row).unwrap_or_default(),
-            });
-        }
+        findings.extend(
+            UploadFinding::from_batch(&name, batch)?
+                .into_iter()
+                .map(Finding::from),
+        );
     }
     findings.sort_by(|a, b| {
         (&a.rule, &a.file, a.position, &a.row).cmp(&(&b.rule, &b.file, b.position, &b.row))
