@@ -84,11 +84,7 @@ async fn expire_staging(ctx: &CommandContext) -> Result<StagingExpired> {
                 Err(_) => false,
             };
             if promoted {
-                let finish = PromoteUpload {
-                    id: staging.id.clone(),
-                    options: Default::default(),
-                    plan: vec![],
-                };
+                let finish = PromoteUpload::new(staging.id.clone(), Default::default());
                 finish.run(ctx).await?;
                 removed += 1;
                 continue;

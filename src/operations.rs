@@ -41,7 +41,7 @@ use crate::tables::rules::{ListConstraints, TableConstraint};
 use crate::upload::UploadId;
 use crate::upload::abort::{AbortUpload, UploadAborted};
 use crate::upload::create::{CreateUpload, UploadOpened, UploadOptions};
-use crate::upload::promote::{PromoteOptions, PromoteUpload, Promotion};
+use crate::upload::promote::{PromoteOptions, PromoteUpload, Promotion, PromotionClaim};
 use crate::upload::publish::{PublishUpload, Published};
 use crate::upload::status::{ListUploads, ShowUpload, UploadFinding, UploadFindings, UploadStatus};
 
@@ -146,8 +146,37 @@ impl Operations {
         id: &UploadId,
         options: PromoteOptions,
     ) -> Result<Promotion> {
-        let (id, plan) = (id.clone(), vec![]);
-        self.run(PromoteUpload { id, options, plan }).await
+        self.promote_claimed_upload(id, options, None).await
+    }
+
+    /// Claims upload `id`'s promotion now for
+    /// [`Self::promote_claimed_upload`] to run later (the service answers
+    /// `complete` first): from here on the upload reads `promoting`
+    /// everywhere. `None` when there is nothing to claim; what would stop
+    /// the promotion before its claim is the error (see
+    /// [`promote::claim`](crate::upload::promote::claim)).
+    pub(crate) async fn claim_promotion(
+        &self,
+        id: &UploadId,
+        options: &PromoteOptions,
+    ) -> Result<Option<PromotionClaim>> {
+        let lease = self.context()?.options.promotion_lease.duration();
+        crate::upload::promote::claim(&self.icestage, id, options, lease).await
+    }
+
+    /// [`Self::promote_upload`], holding `claim` (taken by
+    /// [`Self::claim_promotion`]) as its own when there is one.
+    pub(crate) async fn promote_claimed_upload(
+        &self,
+        id: &UploadId,
+        options: PromoteOptions,
+        claim: Option<PromotionClaim>,
+    ) -> Result<Promotion> {
+        self.run(PromoteUpload {
+            claim,
+            ..PromoteUpload::new(id.clone(), options)
+        })
+        .await
     }
 
     /// Whether the mode and branch of `options` can promote upload `id` into

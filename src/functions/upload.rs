@@ -78,11 +78,7 @@ impl TableFunctionImpl for PromoteUploadFunc {
         let signature = "promote_upload('<upload id>')";
         at_most(args, 1, "promote_upload", signature)?;
         let id = UploadId::parse(&string_arg(args, 0, "promote_upload", signature)?)?;
-        Ok(CommandTable::of(PromoteUpload {
-            id,
-            options: Default::default(),
-            plan: vec![],
-        }))
+        Ok(CommandTable::of(PromoteUpload::new(id, Default::default())))
     }
 }
 

@@ -86,9 +86,8 @@ async fn plan_statement(
                 vec![]
             };
             command_plan(PromoteUpload {
-                id: UploadId::parse(&promote.id)?,
-                options,
                 plan,
+                ..PromoteUpload::new(UploadId::parse(&promote.id)?, options)
             })
         }
         Statement::PublishUpload(publish) => command_plan(PublishUpload {

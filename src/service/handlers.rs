@@ -298,13 +298,15 @@ pub(crate) async fn complete_upload(
         to_branch: request.to_branch,
         ..Default::default()
     };
-    // A mode or branch the target cannot take is answered now, not in the
-    // background.
-    state
+    // The claim is taken before the answer, so that the upload reads
+    // `promoting` from here on, on every replica. What stops it (a mode or
+    // branch the target cannot take, a tampered upload, a catalog that does
+    // not answer) is answered now, not in the background.
+    let claim = state
         .ops()
-        .check_promote_mode(&status.upload_id, &landing)
+        .claim_promotion(&status.upload_id, &landing)
         .await?;
-    state.promote_in_background(&status.upload_id, landing);
+    state.promote_in_background(&status.upload_id, landing, claim);
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"upload_id": id, "state": UploadState::Promoting.as_str()})),

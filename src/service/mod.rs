@@ -351,9 +351,15 @@ impl AppState {
         Ok(())
     }
 
-    /// Promotes upload `id` in the background unless this process already
-    /// is; the outcome lands in the catalog, where GET /uploads/{id} reads it.
-    pub(crate) fn promote_in_background(&self, id: &UploadId, landing: crate::PromoteOptions) {
+    /// Promotes upload `id` in the background, holding `claim` when the
+    /// caller took one, unless this process already is; the outcome lands
+    /// in the catalog, where GET /uploads/{id} reads it.
+    pub(crate) fn promote_in_background(
+        &self,
+        id: &UploadId,
+        landing: crate::PromoteOptions,
+        claim: Option<crate::upload::promote::PromotionClaim>,
+    ) {
         if !self
             .0
             .promoting
@@ -374,7 +380,10 @@ impl AppState {
             let mut pause = Duration::from_secs(1);
             let started = std::time::Instant::now();
             for _ in 0..5 {
-                let promoted = state.ops().promote_upload(&id, landing.clone()).await;
+                let promoted = state
+                    .ops()
+                    .promote_claimed_upload(&id, landing.clone(), claim.clone())
+                    .await;
                 let outcome = match promoted {
                     Err(e) if matches!(e.kind(), ErrorKind::Upstream | ErrorKind::Internal) => {
                         tokio::time::sleep(pause).await;

@@ -190,6 +190,7 @@ fn api() -> Value {
             "/uploads/{id}/credentials": {"post": {"summary": "credentials for the staging table only",
                 "parameters": [id_parameter()], "responses": errors(json!({"200": ok("credentials", "Credentials")}))}},
             "/uploads/{id}/complete": {"post": {"summary": "validate and promote in the background",
+                "description": "The upload reads `promoting` from the 202 on, on every replica, until its promotion ends `promoted` or `failed`.",
                 "parameters": [id_parameter()],
                 "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object",
                     "additionalProperties": false, "properties": {

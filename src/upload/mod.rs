@@ -347,8 +347,8 @@ impl Staging {
     /// and an abort) cannot both win. `promoting` counts as a `from` state
     /// only when this process holds its claim or the claim's lease ran out.
     ///
-    /// Moving to `promoting` takes the claim (with `lease`); any other move
-    /// releases it.
+    /// Moving to `promoting` takes the claim (with `lease`), or renews the
+    /// one this process holds; any other move releases it.
     pub(crate) async fn transition(
         &mut self,
         from: &[UploadState],
@@ -369,7 +369,8 @@ impl Staging {
     ) -> Result<()> {
         let allowed: Vec<String> = from.iter().map(|s| s.to_string()).collect();
         let held = self.held_claim.clone();
-        let claim = (to == UploadState::Promoting).then(random_id);
+        // A claim this process holds is renewed under its own token.
+        let claim = (to == UploadState::Promoting).then(|| held.clone().unwrap_or_else(random_id));
         let mut properties = HashMap::from([
             (PROP_STATE.to_string(), to.to_string()),
             (

@@ -187,7 +187,16 @@ pub(crate) struct PromoteRun<'a> {
     /// Where the proof and the rules' scans run: here (`None`) or on a
     /// Ballista cluster (`icestage.cluster`).
     cluster: Option<Cluster>,
+    /// The claim taken for this promotion before it ran ([`claim`]), held
+    /// as this promotion's own.
+    claim: Option<PromotionClaim>,
 }
+
+/// A promotion claim taken ahead of the promotion ([`claim`]): the
+/// promotion that carries it holds the upload as its own, so no reader and
+/// no other replica sees the upload `open` in between.
+#[derive(Debug, Clone)]
+pub(crate) struct PromotionClaim(String);
 
 impl std::ops::Deref for PromoteRun<'_> {
     type Target = PromoteOptions;
@@ -204,6 +213,20 @@ pub(crate) struct PromoteUpload {
     pub(crate) id: UploadId,
     pub(crate) options: PromoteOptions,
     pub(crate) plan: Vec<String>,
+    /// Held before it runs (the service's `complete`), if it was.
+    pub(crate) claim: Option<PromotionClaim>,
+}
+
+impl PromoteUpload {
+    /// Promotes upload `id` with `options`, claiming it when it runs.
+    pub(crate) fn new(id: UploadId, options: PromoteOptions) -> Self {
+        Self {
+            id,
+            options,
+            plan: vec![],
+            claim: None,
+        }
+    }
 }
 
 impl Operation for PromoteUpload {
@@ -216,6 +239,7 @@ impl Operation for PromoteUpload {
             options: &self.options,
             lease: ctx.options.promotion_lease.duration(),
             cluster: crate::cluster::of_options(&ctx.options)?,
+            claim: self.claim.clone(),
         };
         promote(&ctx.icestage, &self.id, &run).await
     }
@@ -327,11 +351,103 @@ async fn promote(
     }
 }
 
+/// Claims upload `id`'s promotion now, for a promotion that runs later
+/// with the claim (the service answers `complete` before it promotes):
+/// from here on every reader and every replica sees the upload
+/// `promoting`. `None` when there is nothing to claim: the upload is
+/// promoted already or another process holds it. What would stop the
+/// promotion before its claim is the error: an upload closed, expired or
+/// tampered with, a mode or branch the target cannot take, a catalog that
+/// does not answer (the client sends `complete` again).
+pub(crate) async fn claim(
+    icestage: &Catalogs,
+    id: &UploadId,
+    options: &PromoteOptions,
+    lease: Duration,
+) -> Result<Option<PromotionClaim>> {
+    let run = PromoteRun {
+        options,
+        lease,
+        cluster: None,
+        claim: None,
+    };
+    let Prepared::Ready {
+        mut staging,
+        target,
+    } = prepare(icestage, id, &run).await?
+    else {
+        return Ok(None);
+    };
+    check_landing(options, &target)?;
+    if options.dry_run || !take_claim(&mut staging, lease).await? {
+        return Ok(None);
+    }
+    Ok(staging.held_claim.map(PromotionClaim))
+}
+
+/// Where an upload stands before its promotion claims it.
+enum Prepared {
+    /// Nothing for this promotion to claim.
+    Settled(Attempt),
+    /// Open to a promotion, into `target`.
+    Ready {
+        staging: Box<Staging>,
+        target: Table,
+    },
+}
+
+/// Takes the promotion claim on `staging` (or renews the one it holds);
+/// false when another process took it first.
+async fn take_claim(staging: &mut Staging, lease: Duration) -> Result<bool> {
+    let from = [
+        UploadState::Open,
+        UploadState::Failed,
+        UploadState::Promoting,
+    ];
+    match staging
+        .transition_with_lease(&from, UploadState::Promoting, None, lease)
+        .await
+    {
+        Ok(()) => Ok(true),
+        Err(Error::UploadState { state, .. }) if state == UploadState::Promoting.as_str() => {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 async fn promote_once(
     icestage: &Catalogs,
     id: &UploadId,
     options: &PromoteRun<'_>,
 ) -> Result<Attempt> {
+    let (mut staging, target) = match prepare(icestage, id, options).await? {
+        Prepared::Settled(attempt) => return Ok(attempt),
+        Prepared::Ready { staging, target } => (*staging, target),
+    };
+    // A mode or branch the target cannot take is refused before anything
+    // is claimed.
+    let key = check_landing(options, &target)?;
+    if options.dry_run {
+        return dry_run_validation(&mut staging, &target, options, key.as_deref())
+            .await
+            .map(Attempt::Done);
+    }
+    failpoint("promote.before-claim");
+    // Claimed by another process between the look and the claim: wait.
+    if !take_claim(&mut staging, options.lease).await? {
+        return Ok(Attempt::Busy);
+    }
+    let _renewing = staging.keep_claim(options.lease);
+    match promote_claimed(&mut staging, &target, options, key.as_deref()).await {
+        Ok(promotion) => Ok(Attempt::Done(promotion)),
+        Err(error) => Err(release_claim(&mut staging, error).await),
+    }
+}
+
+/// The checks before an upload's claim: promoted already (then the
+/// clean-up is finished), closed, expired, held elsewhere or tampered with.
+async fn prepare(icestage: &Catalogs, id: &UploadId, options: &PromoteRun<'_>) -> Result<Prepared> {
     let Some(mut staging) = find_staging(icestage, id).await? else {
         let record = log::find(icestage, log::UPLOADS, id.as_str()).await?;
         let promoted = match &record {
@@ -339,10 +455,11 @@ async fn promote_once(
             None => None,
         };
         return match promoted {
-            Some(promotion) => Ok(Attempt::Done(promotion)),
+            Some(promotion) => Ok(Prepared::Settled(Attempt::Done(promotion))),
             None => Err(closed_or_unknown(id, record)),
         };
     };
+    staging.held_claim = options.claim.as_ref().map(|claim| claim.0.clone());
     let target = load_target(&staging).await?;
     if let Some(snapshot_id) = promoted_snapshot(&target, &staging) {
         if options.tag {
@@ -359,7 +476,7 @@ async fn promote_once(
             Removal::MetadataOnly,
         )
         .await?;
-        return Ok(Attempt::Done(Promotion {
+        return Ok(Prepared::Settled(Attempt::Done(Promotion {
             upload_id: id.clone(),
             rows,
             files,
@@ -374,7 +491,7 @@ async fn promote_once(
             rows_updated: 0,
             rows_deleted: 0,
             branch: landed_branch(&target, snapshot_id),
-        }));
+        })));
     }
     if matches!(staging.state, UploadState::Aborted | UploadState::Expired) {
         return Err(Error::UploadClosed {
@@ -399,7 +516,7 @@ async fn promote_once(
         });
     }
     if staging.claimed_elsewhere(Utc::now()) {
-        return Ok(Attempt::Busy);
+        return Ok(Prepared::Settled(Attempt::Busy));
     }
     if let Some(reason) = staging.tampered.clone() {
         let error = Error::Tampered {
@@ -419,39 +536,10 @@ async fn promote_once(
             .await;
         return Err(error);
     }
-    // A mode or branch the target cannot take is refused before anything
-    // is claimed.
-    let key = check_landing(options, &target)?;
-    if options.dry_run {
-        return dry_run_validation(&mut staging, &target, options, key.as_deref())
-            .await
-            .map(Attempt::Done);
-    }
-    match staging
-        .transition_with_lease(
-            &[
-                UploadState::Open,
-                UploadState::Failed,
-                UploadState::Promoting,
-            ],
-            UploadState::Promoting,
-            None,
-            options.lease,
-        )
-        .await
-    {
-        Ok(()) => {}
-        // Claimed by another process between the look and the claim.
-        Err(Error::UploadState { state, .. }) if state == UploadState::Promoting.as_str() => {
-            return Ok(Attempt::Busy);
-        }
-        Err(e) => return Err(e),
-    }
-    let _renewing = staging.keep_claim(options.lease);
-    match promote_claimed(&mut staging, &target, options, key.as_deref()).await {
-        Ok(promotion) => Ok(Attempt::Done(promotion)),
-        Err(error) => Err(release_claim(&mut staging, error).await),
-    }
+    Ok(Prepared::Ready {
+        staging: Box::new(staging),
+        target,
+    })
 }
 
 /// After a failed promotion that held the claim: the upload becomes

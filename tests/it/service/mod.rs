@@ -313,19 +313,21 @@ async fn complete_promoted(http: &reqwest::Client, api: &str, id: &str, rows: i6
     );
 }
 
+/// GETs `url` with the test token; the JSON answer.
+async fn get_json(client: &reqwest::Client, url: &str) -> Value {
+    client
+        .get(url)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 pub(super) async fn wait_state(client: &reqwest::Client, url: &str, states: &[&str]) -> Value {
-    poll(url, states, || async {
-        client
-            .get(url)
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    })
-    .await
+    poll(url, states, || get_json(client, url)).await
 }
 
 /// The REST catalog of `session`'s connection (the body of `POST /uploads`

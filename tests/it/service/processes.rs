@@ -376,6 +376,53 @@ async fn a_commit_after_the_promotion_claim_is_a_conflict() {
     assert!(refused.contains("promoting"), "{refused}");
 }
 
+/// `complete` answers 202 only once the promotion holds the upload in the
+/// catalog: another replica, asked right after, reads it `promoting`, even
+/// while the promotion itself is held (by a failpoint) before it starts.
+/// A client's loop "while promoting, wait" cannot end on a stale `open`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_complete_no_replica_reads_the_upload_open() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let resume = warehouse.path().join("resume-promotion");
+    let path = write_config(&warehouse, "");
+    let held = [
+        ("ICESTAGE_FAILPOINT", "promote.before-claim"),
+        ("ICESTAGE_FAILPOINT_RESUME", resume.to_str().unwrap()),
+    ];
+    let (a, b) = (
+        Service::start_with(&path, &held),
+        Service::start_with(&path, &held),
+    );
+    let http = reqwest::Client::new();
+    let upload = post_json(
+        &http,
+        format!("{}/uploads", a.url),
+        json!({"table": "payments.transactions"}),
+    )
+    .await;
+    let (_, ctx) = rest_session(&upload).await;
+    insert_three(&ctx, &text(&upload, "staging_table"))
+        .await
+        .unwrap();
+    let id = text(&upload, "upload_id");
+    complete(&http, &a.url, &id).await;
+    let seen = get_json(&http, &format!("{}/uploads/{id}", b.url)).await;
+    assert_eq!(text(&seen, "state"), "promoting", "{seen}");
+    std::fs::write(&resume, "").unwrap();
+    let done = wait_state(
+        &http,
+        &format!("{}/uploads/{id}", b.url),
+        &["promoted", "failed"],
+    )
+    .await;
+    assert_eq!(
+        (text(&done, "state"), done["rows"].as_i64()),
+        ("promoted".to_string(), Some(3)),
+        "{done}"
+    );
+}
+
 /// iceberg-rust's own `RestCatalog`, in process, as the client: it reaches
 /// the staging table and nothing else, and DataFusion's `INSERT INTO` over
 /// it (iceberg-datafusion's writer, committed through the REST catalog)
