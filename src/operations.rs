@@ -164,6 +164,17 @@ impl Operations {
         crate::upload::promote::claim(&self.icestage, id, options, lease).await
     }
 
+    /// Upload `id`'s promotion, claimed again with the options it was
+    /// claimed with, when the process promoting it stopped before it
+    /// finished (see [`promote::stalled`](crate::upload::promote::stalled)).
+    pub(crate) async fn stalled_promotion(
+        &self,
+        id: &UploadId,
+    ) -> Result<Option<(PromoteOptions, PromotionClaim)>> {
+        let lease = self.context()?.options.promotion_lease.duration();
+        crate::upload::promote::stalled(&self.icestage, id, lease).await
+    }
+
     /// [`Self::promote_upload`], holding `claim` (taken by
     /// [`Self::claim_promotion`]) as its own when there is one.
     pub(crate) async fn promote_claimed_upload(

@@ -336,7 +336,11 @@ pub(crate) async fn upload_status(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult {
-    answer(StatusCode::OK, owned_upload(&state, &caller, &id).await?)
+    let status = owned_upload(&state, &caller, &id).await?;
+    if status.state == UploadState::Promoting {
+        state.resume_stalled(&status.upload_id).await;
+    }
+    answer(StatusCode::OK, status)
 }
 
 #[derive(Debug, Deserialize)]

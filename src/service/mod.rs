@@ -412,6 +412,30 @@ impl AppState {
         self.0.icestage.keep_background(task);
     }
 
+    /// Finishes upload `id`'s promotion here when the process promoting it
+    /// stopped before it did (its claim lapsed: a replica killed after its
+    /// `complete` answered 202), with the options it was claimed with. A
+    /// failure is left to the next look.
+    pub(crate) async fn resume_stalled(&self, id: &UploadId) {
+        if self
+            .0
+            .promoting
+            .lock()
+            .expect("promoting")
+            .contains(id.as_str())
+        {
+            return;
+        }
+        if let Ok(Some((landing, claim))) = self.ops().stalled_promotion(id).await {
+            crate::metrics::transition(
+                crate::metrics::Session::Upload,
+                id.as_str(),
+                UploadState::Promoting.as_str(),
+            );
+            self.promote_in_background(id, landing, Some(claim));
+        }
+    }
+
     /// The read token `POST /downloads` answers for download `id`: its
     /// secret is a keyed hash of the id, so every replica sharing
     /// `id_secret` knows it without storing it, and it reads the download

@@ -184,6 +184,7 @@ fn api() -> Value {
                 "responses": errors(json!({"201": ok("the upload", "Upload")}))}},
             "/uploads/{id}": {
                 "get": {"summary": "state, counts and findings summary", "parameters": [id_parameter()],
+                    "description": "A promotion whose replica stopped before it finished (its claim lapsed) is finished by the replica answering, with the options its complete asked for.",
                     "responses": errors(json!({"200": ok("status", "UploadStatus")}))},
                 "delete": {"summary": "abort: discard the staged rows", "parameters": [id_parameter()],
                     "responses": errors(json!({"200": ok("aborted", "UploadAborted")}))}},

@@ -62,6 +62,10 @@ pub const PROP_CLAIM: &str = "icestage.claim";
 pub const PROP_CLAIMED_AT: &str = "icestage.claimed-at";
 /// Staging table property: seconds a claim holds without renewal.
 pub const PROP_CLAIM_LEASE: &str = "icestage.claim-lease-seconds";
+/// Staging table property: what the promotion holding the claim was asked
+/// for (its mode, key, tag, branch and verification, as JSON), so that
+/// another process can finish it when the claim lapses.
+pub const PROP_LANDING: &str = "icestage.landing";
 
 /// True when the staging properties `props` hold a promotion claim that is
 /// still alive at `now` (renewed within its lease).
@@ -213,6 +217,10 @@ pub(crate) struct Staging {
     pub(crate) owner: Option<String>,
     /// The claim token, when this process holds the promotion claim.
     pub(crate) held_claim: Option<String>,
+    /// What the promotion claiming the upload was asked for
+    /// ([`PROP_LANDING`]): read from the table, and recorded with a claim
+    /// this process takes.
+    pub(crate) landing: Option<String>,
     /// Why the session's sealed properties cannot be trusted, if they cannot
     /// (see [`seal`]).
     pub(crate) tampered: Option<String>,
@@ -254,6 +262,7 @@ impl Staging {
             findings: props.get(PROP_FINDINGS).and_then(|v| v.parse().ok()),
             owner: props.get(PROP_OWNER).cloned(),
             held_claim: None,
+            landing: props.get(PROP_LANDING).filter(|l| !l.is_empty()).cloned(),
             tampered: None,
             proof: None,
             table,
@@ -347,8 +356,9 @@ impl Staging {
     /// and an abort) cannot both win. `promoting` counts as a `from` state
     /// only when this process holds its claim or the claim's lease ran out.
     ///
-    /// Moving to `promoting` takes the claim (with `lease`), or renews the
-    /// one this process holds; any other move releases it.
+    /// Moving to `promoting` takes the claim (with `lease`, recording
+    /// [`Self::landing`]), or renews the one this process holds; any other
+    /// move releases it.
     pub(crate) async fn transition(
         &mut self,
         from: &[UploadState],
@@ -382,6 +392,10 @@ impl Staging {
                 self.findings.unwrap_or(0).to_string(),
             ),
             (PROP_CLAIM.to_string(), claim.clone().unwrap_or_default()),
+            (
+                PROP_LANDING.to_string(),
+                claim.as_ref().and(self.landing.clone()).unwrap_or_default(),
+            ),
             (
                 PROP_CLAIMED_AT.to_string(),
                 claim

@@ -123,6 +123,50 @@ impl PromoteOptions {
             .as_deref()
             .unwrap_or(iceberg::spec::MAIN_BRANCH)
     }
+
+    /// The options as a claim records them ([`PROP_LANDING`](super::PROP_LANDING)).
+    fn landing(&self) -> String {
+        let key = match &self.mode {
+            PromoteMode::Upsert { key } => key.clone(),
+            _ => None,
+        };
+        serde_json::json!({
+            "mode": self.mode.name(),
+            "key": key,
+            "tag": self.tag,
+            "to_branch": self.to_branch,
+            "verify": self.verify.as_str(),
+        })
+        .to_string()
+    }
+
+    /// The options a claim recorded on upload `id` ([`Self::landing`]).
+    fn from_landing(id: &UploadId, text: &str) -> Result<Self> {
+        #[derive(serde::Deserialize)]
+        struct Landing {
+            mode: String,
+            key: Option<Vec<String>>,
+            tag: bool,
+            to_branch: Option<String>,
+            verify: String,
+        }
+        let landing: Landing = serde_json::from_str(text).map_err(|e| {
+            Error::invalid(format!(
+                "upload {id}: the promotion options its claim recorded are not readable ({e});                  send complete (or PROMOTE UPLOAD) again with the options wanted"
+            ))
+        })?;
+        let mode = match PromoteMode::parse(&landing.mode, None)? {
+            PromoteMode::Upsert { .. } => PromoteMode::Upsert { key: landing.key },
+            mode => mode,
+        };
+        Ok(Self {
+            dry_run: false,
+            verify: landing.verify.parse()?,
+            mode,
+            tag: landing.tag,
+            to_branch: landing.to_branch,
+        })
+    }
 }
 
 impl WithOptions for PromoteOptions {
@@ -379,10 +423,36 @@ pub(crate) async fn claim(
         return Ok(None);
     };
     check_landing(options, &target)?;
-    if options.dry_run || !take_claim(&mut staging, lease).await? {
+    if options.dry_run || !take_claim(&mut staging, lease, options).await? {
         return Ok(None);
     }
     Ok(staging.held_claim.map(PromotionClaim))
+}
+
+/// Upload `id`'s promotion when the process that claimed it stopped
+/// before it finished (the claim lapsed): claimed again, with the options
+/// that claim recorded, for the caller to run (the service, when a client
+/// asks where the upload stands). `None` unless the promotion is stalled.
+pub(crate) async fn stalled(
+    icestage: &Catalogs,
+    id: &UploadId,
+    lease: Duration,
+) -> Result<Option<(PromoteOptions, PromotionClaim)>> {
+    let Some(staging) = find_staging(icestage, id).await? else {
+        return Ok(None);
+    };
+    let props = staging.table.metadata().properties();
+    if staging.state != UploadState::Promoting || super::claim_alive(props, Utc::now()) {
+        return Ok(None);
+    }
+    // A claim that recorded nothing (an earlier icestage's) waits for the
+    // client's next complete, which says how to land the rows.
+    let Some(landing) = &staging.landing else {
+        return Ok(None);
+    };
+    let options = PromoteOptions::from_landing(id, landing)?;
+    let claimed = claim(icestage, id, &options, lease).await?;
+    Ok(claimed.map(|claim| (options, claim)))
 }
 
 /// Where an upload stands before its promotion claims it.
@@ -396,9 +466,15 @@ enum Prepared {
     },
 }
 
-/// Takes the promotion claim on `staging` (or renews the one it holds);
-/// false when another process took it first.
-async fn take_claim(staging: &mut Staging, lease: Duration) -> Result<bool> {
+/// Takes the promotion claim on `staging` (or renews the one it holds)
+/// for a promotion with `options`, which the claim records; false when
+/// another process took it first.
+async fn take_claim(
+    staging: &mut Staging,
+    lease: Duration,
+    options: &PromoteOptions,
+) -> Result<bool> {
+    staging.landing = Some(options.landing());
     let from = [
         UploadState::Open,
         UploadState::Failed,
@@ -435,7 +511,7 @@ async fn promote_once(
     }
     failpoint("promote.before-claim");
     // Claimed by another process between the look and the claim: wait.
-    if !take_claim(&mut staging, options.lease).await? {
+    if !take_claim(&mut staging, options.lease, options).await? {
         return Ok(Attempt::Busy);
     }
     let _renewing = staging.keep_claim(options.lease);
@@ -950,4 +1026,51 @@ async fn finish(
     failpoint("promote.before-drop");
     findings::discard(&staging.catalog, &staging.id).await?;
     staging.catalog.remove_table(&staging.table, removal).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_s_landing_reads_back_as_the_options_it_recorded() {
+        let id = UploadId::random();
+        for options in [
+            PromoteOptions::default(),
+            PromoteOptions {
+                verify: Verify::Metadata,
+                mode: PromoteMode::Upsert {
+                    key: Some(vec!["region".into(), "id, with a comma".into()]),
+                },
+                tag: true,
+                ..Default::default()
+            },
+            PromoteOptions {
+                mode: PromoteMode::Upsert { key: None },
+                ..Default::default()
+            },
+            PromoteOptions {
+                mode: PromoteMode::ReplacePartitions,
+                ..Default::default()
+            },
+            PromoteOptions {
+                to_branch: Some("audit".into()),
+                ..Default::default()
+            },
+        ] {
+            let landing = options.landing();
+            assert_eq!(
+                PromoteOptions::from_landing(&id, &landing).unwrap(),
+                options,
+                "{landing}"
+            );
+        }
+        let unreadable = PromoteOptions::from_landing(&id, "{\"mode\": 3}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unreadable.contains(id.as_str()) && unreadable.contains("send complete"),
+            "{unreadable}"
+        );
+    }
 }

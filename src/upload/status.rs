@@ -114,6 +114,19 @@ fn live_record(staging: &Staging, target: Option<&Table>, now: DateTime<Utc>) ->
                 Some("expired; EXPIRE STAGING removes its staging table".to_string()),
             )
         }
+        None if staging.state == UploadState::Promoting
+            && !super::claim_alive(staging.table.metadata().properties(), now) =>
+        {
+            (
+                UploadState::Promoting,
+                Some(format!(
+                    "its promotion stopped before it finished (the process promoting it is \
+                     gone); PROMOTE UPLOAD '{}' finishes it, as does the service when the \
+                     upload is next looked at",
+                    staging.id
+                )),
+            )
+        }
         None => (staging.state, staging.message.clone().filter(|m| !m.is_empty())),
     };
     UploadRecord {

@@ -596,6 +596,17 @@ async fn a_promotion_started_before_expiry_can_finish_after_it() {
     )
     .await;
     assert_eq!(state, "promoting");
+    // Its claim lapsed with its process: the status says how to finish it.
+    let message = scalar(
+        &ctx,
+        &format!("SELECT message FROM upload_status('{started}')"),
+    )
+    .await;
+    assert!(
+        message.contains("its promotion stopped before it finished")
+            && message.contains(&format!("PROMOTE UPLOAD '{started}'")),
+        "{message}"
+    );
     let again = run(&ctx, &format!("PROMOTE UPLOAD '{started}'"))
         .await
         .unwrap();

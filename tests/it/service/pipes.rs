@@ -182,12 +182,6 @@ async fn a_pipe_finds_new_files_from_s3_event_notifications() {
             ("AWS_REGION", "us-east-1"),
         ],
     );
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    eprintln!("DEBUG {:?}", _service.stderr.lock().unwrap());
-    eprintln!(
-        "DEBUG {}",
-        scalar(&ctx, "SELECT coalesce(last_error, 'none') FROM pipes()").await
-    );
     wait_rows(&ctx, "raw.s3events", 3).await;
     for n in 1..=4 {
         put(&format!("in/{n:03}.csv"), &csv(n * 3, 3));

@@ -376,6 +376,22 @@ async fn a_commit_after_the_promotion_claim_is_a_conflict() {
     assert!(refused.contains("promoting"), "{refused}");
 }
 
+/// An upload opened on the service at `api`, with three rows written
+/// through its REST session; its id.
+async fn three_rows_staged(http: &reqwest::Client, api: &str) -> String {
+    let upload = post_json(
+        http,
+        format!("{api}/uploads"),
+        json!({"table": "payments.transactions"}),
+    )
+    .await;
+    let (_, ctx) = rest_session(&upload).await;
+    insert_three(&ctx, &text(&upload, "staging_table"))
+        .await
+        .unwrap();
+    text(&upload, "upload_id")
+}
+
 /// `complete` answers 202 only once the promotion holds the upload in the
 /// catalog: another replica, asked right after, reads it `promoting`, even
 /// while the promotion itself is held (by a failpoint) before it starts.
@@ -395,17 +411,7 @@ async fn after_complete_no_replica_reads_the_upload_open() {
         Service::start_with(&path, &held),
     );
     let http = reqwest::Client::new();
-    let upload = post_json(
-        &http,
-        format!("{}/uploads", a.url),
-        json!({"table": "payments.transactions"}),
-    )
-    .await;
-    let (_, ctx) = rest_session(&upload).await;
-    insert_three(&ctx, &text(&upload, "staging_table"))
-        .await
-        .unwrap();
-    let id = text(&upload, "upload_id");
+    let id = three_rows_staged(&http, &a.url).await;
     complete(&http, &a.url, &id).await;
     let seen = get_json(&http, &format!("{}/uploads/{id}", b.url)).await;
     assert_eq!(text(&seen, "state"), "promoting", "{seen}");
@@ -420,6 +426,61 @@ async fn after_complete_no_replica_reads_the_upload_open() {
         (text(&done, "state"), done["rows"].as_i64()),
         ("promoted".to_string(), Some(3)),
         "{done}"
+    );
+}
+
+/// A replica killed after `complete` answered 202, before its promotion
+/// ran: once the claim's lease lapses, the next look at the upload on
+/// another replica finishes the promotion, the way `complete` asked for
+/// it (an upsert by `transaction_id`, recorded with the claim).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_whose_replica_died_is_finished_by_the_next_look() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let client = warehouse.session().await;
+    run(
+        &client,
+        "INSERT INTO payments.transactions VALUES \
+         ('t1', 'a1', 1, 'usd', TIMESTAMP '2026-06-01 00:00:00Z')",
+    )
+    .await
+    .unwrap();
+    let path = write_config(&warehouse, "promotion_lease = \"2s\"");
+    let held = Service::start_with(&path, &[("ICESTAGE_FAILPOINT", "promote.before-claim")]);
+    let http = reqwest::Client::new();
+    let id = three_rows_staged(&http, &held.url).await;
+    let accepted = http
+        .post(format!("{}/uploads/{id}/complete", held.url))
+        .bearer_auth(TOKEN)
+        .json(&json!({"mode": "upsert", "key": ["transaction_id"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    assert!(held.wait_for_line(
+        "failpoint promote.before-claim reached",
+        Duration::from_secs(60)
+    ));
+    held.kill();
+
+    let other = Service::start(&path);
+    let done = wait_state(
+        &http,
+        &format!("{}/uploads/{id}", other.url),
+        &["promoted", "failed"],
+    )
+    .await;
+    assert_eq!(text(&done, "state"), "promoted", "{done}");
+    // Upserted: t1 replaced, t2 and t3 added; an append would have kept
+    // the old t1 beside the new one.
+    assert_eq!(
+        scalar(
+            &client,
+            "SELECT string_agg(concat(transaction_id, ':', amount_cents), ' ' \
+             ORDER BY transaction_id) FROM payments.transactions"
+        )
+        .await,
+        "t1:100 t2:200 t3:300"
     );
 }
 
