@@ -157,14 +157,18 @@ impl RelationPlanner for PrefixRelationPlanner {
             ))
             .into());
         };
+        // The reading options, as the functions that read files take them.
+        let reading = || {
+            SourceOptions::from_pairs(
+                &function,
+                OptionSyntax::Arguments,
+                &named,
+                &keys(READ_OPTIONS),
+            )
+        };
         let provider: Arc<dyn datafusion::catalog::TableProvider> = match function.as_str() {
             "read_s3_prefix" => {
-                let options = SourceOptions::from_pairs(
-                    &function,
-                    OptionSyntax::Arguments,
-                    &named,
-                    &keys(READ_OPTIONS),
-                )?;
+                let options = reading()?;
                 if by_file::wanted(&options) {
                     Arc::new(block_on(by_file::table(uri, &options))?)
                 } else {
@@ -173,12 +177,7 @@ impl RelationPlanner for PrefixRelationPlanner {
                 }
             }
             "infer_s3_schema" => {
-                let options = SourceOptions::from_pairs(
-                    &function,
-                    OptionSyntax::Arguments,
-                    &named,
-                    &keys(READ_OPTIONS),
-                )?;
+                let options = reading()?;
                 Arc::new(block_on(infer_schema(uri, &options))?)
             }
             "list_s3" => {

@@ -409,16 +409,30 @@ pub(crate) async fn claim(
     options: &PromoteOptions,
     lease: Duration,
 ) -> Result<Option<PromotionClaim>> {
-    let run = PromoteRun {
+    let prepared = prepare(icestage, id, &claiming(options, lease)).await?;
+    claim_prepared(prepared, options, lease).await
+}
+
+/// A promotion with `options` that only claims (see [`claim`]).
+fn claiming(options: &PromoteOptions, lease: Duration) -> PromoteRun<'_> {
+    PromoteRun {
         options,
         lease,
         cluster: None,
         claim: None,
-    };
+    }
+}
+
+/// [`claim`] once the upload's checks ([`prepare`]) are done.
+async fn claim_prepared(
+    prepared: Prepared,
+    options: &PromoteOptions,
+    lease: Duration,
+) -> Result<Option<PromotionClaim>> {
     let Prepared::Ready {
         mut staging,
         target,
-    } = prepare(icestage, id, &run).await?
+    } = prepared
     else {
         return Ok(None);
     };
@@ -451,7 +465,9 @@ pub(crate) async fn stalled(
         return Ok(None);
     };
     let options = PromoteOptions::from_landing(id, landing)?;
-    let claimed = claim(icestage, id, &options, lease).await?;
+    // The table already loaded is checked as any promotion checks it.
+    let prepared = prepare_found(staging, &claiming(&options, lease)).await?;
+    let claimed = claim_prepared(prepared, &options, lease).await?;
     Ok(claimed.map(|claim| (options, claim)))
 }
 
@@ -524,7 +540,7 @@ async fn promote_once(
 /// The checks before an upload's claim: promoted already (then the
 /// clean-up is finished), closed, expired, held elsewhere or tampered with.
 async fn prepare(icestage: &Catalogs, id: &UploadId, options: &PromoteRun<'_>) -> Result<Prepared> {
-    let Some(mut staging) = find_staging(icestage, id).await? else {
+    let Some(staging) = find_staging(icestage, id).await? else {
         let record = log::find(icestage, log::UPLOADS, id.as_str()).await?;
         let promoted = match &record {
             Some(record) => already_promoted(icestage, id, record).await,
@@ -535,6 +551,12 @@ async fn prepare(icestage: &Catalogs, id: &UploadId, options: &PromoteRun<'_>) -
             None => Err(closed_or_unknown(id, record)),
         };
     };
+    prepare_found(staging, options).await
+}
+
+/// [`prepare`] for the live session `staging`.
+async fn prepare_found(mut staging: Staging, options: &PromoteRun<'_>) -> Result<Prepared> {
+    let id = &staging.id.clone();
     staging.held_claim = options.claim.as_ref().map(|claim| claim.0.clone());
     let target = load_target(&staging).await?;
     if let Some(snapshot_id) = promoted_snapshot(&target, &staging) {

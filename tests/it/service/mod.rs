@@ -246,17 +246,21 @@ impl Drop for Service {
     }
 }
 
-/// POSTs `body` with the test token; the JSON answer.
-async fn post_json(http: &reqwest::Client, url: String, body: Value) -> Value {
-    http.post(url)
+/// Sends `request` with the test token; the JSON answer.
+async fn json_answer(request: reqwest::RequestBuilder) -> Value {
+    request
         .bearer_auth(TOKEN)
-        .json(&body)
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap()
+}
+
+/// POSTs `body` with the test token; the JSON answer.
+async fn post_json(http: &reqwest::Client, url: String, body: Value) -> Value {
+    json_answer(http.post(url).json(&body)).await
 }
 
 /// A `[[catalogs]]` entry `lake`: a SQL catalog in `dir` whose warehouse
@@ -315,15 +319,7 @@ async fn complete_promoted(http: &reqwest::Client, api: &str, id: &str, rows: i6
 
 /// GETs `url` with the test token; the JSON answer.
 async fn get_json(client: &reqwest::Client, url: &str) -> Value {
-    client
-        .get(url)
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    json_answer(client.get(url)).await
 }
 
 pub(super) async fn wait_state(client: &reqwest::Client, url: &str, states: &[&str]) -> Value {
