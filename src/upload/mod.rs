@@ -67,19 +67,32 @@ pub const PROP_CLAIM_LEASE: &str = "icestage.claim-lease-seconds";
 /// another process can finish it when the claim lapses.
 pub const PROP_LANDING: &str = "icestage.landing";
 
-/// True when the staging properties `props` hold a promotion claim that is
-/// still alive at `now` (renewed within its lease).
-pub(crate) fn claim_alive(props: &HashMap<String, String>, now: DateTime<Utc>) -> bool {
-    let held = props
+/// How long ago the promotion claim in the staging properties `props` was
+/// taken or last renewed, with the lease it holds for; `None` when no
+/// promotion holds one.
+fn claim_age(
+    props: &HashMap<String, String>,
+    now: DateTime<Utc>,
+) -> Option<(chrono::TimeDelta, chrono::TimeDelta)> {
+    if props
         .get(PROP_STATE)
-        .is_some_and(|s| s == UploadState::Promoting.as_str());
+        .is_none_or(|s| s != UploadState::Promoting.as_str())
+    {
+        return None;
+    }
     let lease = props
         .get(PROP_CLAIM_LEASE)
         .and_then(|v| v.parse::<i64>().ok())
         .unwrap_or(60)
         .clamp(1, 86_400);
-    held && property_time(props, PROP_CLAIMED_AT)
-        .is_some_and(|at| (now - at).num_seconds() <= lease)
+    let at = property_time(props, PROP_CLAIMED_AT)?;
+    Some((now - at, chrono::TimeDelta::seconds(lease)))
+}
+
+/// True when the staging properties `props` hold a promotion claim that is
+/// still alive at `now` (renewed within its lease).
+pub(crate) fn claim_alive(props: &HashMap<String, String>, now: DateTime<Utc>) -> bool {
+    claim_age(props, now).is_some_and(|(age, lease)| age.num_seconds() <= lease.num_seconds())
 }
 
 /// An upload id: 128 random bits as 32 lowercase hex characters.
@@ -457,6 +470,54 @@ impl Staging {
         }
     }
 
+    /// Takes the promotion claim for a promotion asked for `landing` (what
+    /// the claim records, [`PROP_LANDING`]) with `lease`, or renews the one
+    /// this process holds; false when another process holds it.
+    ///
+    /// A claim this process took for the same landing within the first
+    /// third of its lease is neither taken nor renewed again: the service
+    /// claims an upload before it answers `complete` and promotes it right
+    /// after, and [`Self::keep_claim`] renews it before it could lapse, so
+    /// a second commit would only cost the catalog a round trip.
+    pub(crate) async fn take_claim(
+        &mut self,
+        landing: String,
+        lease: std::time::Duration,
+    ) -> Result<bool> {
+        let fresh = self.holds_fresh_claim(&landing, Utc::now());
+        self.landing = Some(landing);
+        if fresh {
+            return Ok(true);
+        }
+        let from = [
+            UploadState::Open,
+            UploadState::Failed,
+            UploadState::Promoting,
+        ];
+        match self
+            .transition_with_lease(&from, UploadState::Promoting, None, lease)
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(Error::UploadState { state, .. }) if state == UploadState::Promoting.as_str() => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// True when the loaded table shows the claim this process holds,
+    /// recorded for `landing`, taken or renewed within the first third of
+    /// its lease.
+    fn holds_fresh_claim(&self, landing: &str, now: DateTime<Utc>) -> bool {
+        let props = self.table.metadata().properties();
+        self.held_claim.is_some()
+            && props.get(PROP_CLAIM) == self.held_claim.as_ref()
+            && props.get(PROP_LANDING).map(String::as_str) == Some(landing)
+            && claim_age(props, now)
+                .is_some_and(|(age, lease)| age >= chrono::TimeDelta::zero() && age * 3 < lease)
+    }
+
     /// Renews this process's claim every third of `lease` until the
     /// returned guard is dropped.
     pub(crate) fn keep_claim(&self, lease: std::time::Duration) -> ClaimGuard {
@@ -699,5 +760,67 @@ mod tests {
         // The first holder's claim is gone: it cannot finish.
         let refused = first.transition(&[Promoting], Promoted, None).await;
         assert_eq!(refused_in(refused), "aborted");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_fresh_claim_this_process_holds_is_not_committed_again() {
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut first, other) = session(dir.path()).await;
+        let lease = Duration::from_secs(60);
+        let location = |staging: &Staging| staging.table.metadata_location().map(str::to_string);
+
+        assert!(first.take_claim("append".into(), lease).await.unwrap());
+        let after_claim = location(&first);
+        let token = first.held_claim.clone().unwrap();
+
+        // The process that claimed it loads it again to promote it: the
+        // claim is fresh, for the same landing, so nothing is committed.
+        let reload = |catalog: &Arc<IcebergCatalog>, held: &str| {
+            let (catalog, held) = (Arc::clone(catalog), held.to_string());
+            let ident = first.table.identifier().clone();
+            async move {
+                let table = catalog.catalog().load_table(&ident).await.unwrap();
+                let mut staging = Staging::from_table(catalog, table).unwrap();
+                staging.held_claim = Some(held);
+                staging
+            }
+        };
+        let mut again = reload(&first.catalog, &token).await;
+        assert!(again.take_claim("append".into(), lease).await.unwrap());
+        assert_eq!(
+            location(&again),
+            after_claim,
+            "a fresh claim was committed again"
+        );
+        assert_eq!(again.held_claim.as_deref(), Some(token.as_str()));
+
+        // Another landing is recorded: that takes a commit.
+        let mut upsert = reload(&first.catalog, &token).await;
+        assert!(upsert.take_claim("upsert".into(), lease).await.unwrap());
+        assert_ne!(location(&upsert), after_claim);
+        assert_eq!(
+            upsert
+                .table
+                .metadata()
+                .properties()
+                .get(PROP_LANDING)
+                .map(String::as_str),
+            Some("upsert")
+        );
+
+        // A process that does not hold it is refused, fresh or not.
+        let mut other = reload(&other.catalog, "not-the-token").await;
+        assert!(!other.take_claim("upsert".into(), lease).await.unwrap());
+
+        // A claim past the first third of its lease is renewed.
+        let short = Duration::from_secs(3);
+        let mut renewing = reload(&first.catalog, &token).await;
+        assert!(renewing.take_claim("replace".into(), short).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let mut late = reload(&first.catalog, &token).await;
+        let before = location(&late);
+        assert!(late.take_claim("replace".into(), short).await.unwrap());
+        assert_ne!(location(&late), before);
     }
 }

@@ -437,7 +437,7 @@ async fn claim_prepared(
         return Ok(None);
     };
     check_landing(options, &target)?;
-    if options.dry_run || !take_claim(&mut staging, lease, options).await? {
+    if options.dry_run || !staging.take_claim(options.landing(), lease).await? {
         return Ok(None);
     }
     Ok(staging.held_claim.map(PromotionClaim))
@@ -482,32 +482,6 @@ enum Prepared {
     },
 }
 
-/// Takes the promotion claim on `staging` (or renews the one it holds)
-/// for a promotion with `options`, which the claim records; false when
-/// another process took it first.
-async fn take_claim(
-    staging: &mut Staging,
-    lease: Duration,
-    options: &PromoteOptions,
-) -> Result<bool> {
-    staging.landing = Some(options.landing());
-    let from = [
-        UploadState::Open,
-        UploadState::Failed,
-        UploadState::Promoting,
-    ];
-    match staging
-        .transition_with_lease(&from, UploadState::Promoting, None, lease)
-        .await
-    {
-        Ok(()) => Ok(true),
-        Err(Error::UploadState { state, .. }) if state == UploadState::Promoting.as_str() => {
-            Ok(false)
-        }
-        Err(e) => Err(e),
-    }
-}
-
 async fn promote_once(
     icestage: &Catalogs,
     id: &UploadId,
@@ -527,7 +501,7 @@ async fn promote_once(
     }
     failpoint("promote.before-claim");
     // Claimed by another process between the look and the claim: wait.
-    if !take_claim(&mut staging, options.lease, options).await? {
+    if !staging.take_claim(options.landing(), options.lease).await? {
         return Ok(Attempt::Busy);
     }
     let _renewing = staging.keep_claim(options.lease);
