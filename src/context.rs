@@ -41,6 +41,15 @@ pub async fn register(ctx: &SessionContext, config: IcestageConfig) -> Result<Ar
     crate::catalog::maintain::upkeep::install_data_rewrite(
         crate::tables::maintain::rewrite_in_background,
     );
+    // What the flows keep and end when snapshots or sessions expire.
+    crate::tables::expire::install_expiry_hooks(crate::tables::expire::ExpiryHooks {
+        protected: crate::upload::expire::evidence,
+        before_expiry: crate::ingest::copy_into::before_expiry,
+    });
+    crate::session::expire::install_flows(vec![
+        crate::upload::expire::expire,
+        crate::download::status::expire,
+    ]);
     let icestage = Arc::new(Catalogs::connect(&config).await?);
     for catalog in icestage.catalogs() {
         ctx.register_catalog(

@@ -8,7 +8,6 @@ mod context;
 mod credentials;
 mod download;
 mod error;
-mod expiry;
 mod functions;
 #[doc(hidden)]
 pub mod fuzz;
@@ -42,7 +41,6 @@ pub use download::create::{DownloadOpened, DownloadOptions};
 pub use download::status::{DownloadDropped, DownloadStatus};
 pub use download::{DownloadId, DownloadState};
 pub use error::{Error, ErrorKind, Result, error_message};
-pub use expiry::{ExpireOptions, SnapshotsExpired, StagingExpired};
 pub use ingest::copy_into::CopyReport;
 pub use ingest::rejects::{CopyError, CopyPreview, CopyReject};
 pub use ingest::{
@@ -57,7 +55,9 @@ pub use pipe::{
 pub use progress::{Progress, ProgressSink};
 pub use rows::{ResultRow, has_json_columns, json_rows};
 pub use secret::Secret;
+pub use session::expire::StagingExpired;
 pub use session::log::{ICESTAGE_NAMESPACE, UPLOAD_LOG_TABLE};
+pub use tables::expire::{ExpireOptions, SnapshotsExpired};
 pub use tables::files::PROP_FILE_COLUMNS;
 pub use tables::maintain::{
     DataFilesRewritten, ManifestsRewritten, OrphanFilesRemoved, OrphanOptions, RewriteDataOptions,

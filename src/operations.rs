@@ -21,9 +21,6 @@ use crate::download::status::{
     DownloadDropped, DownloadStatus, DropDownload, ListDownloads, ShowDownload, WaitDownload,
 };
 use crate::error::{Error, Result};
-use crate::expiry::{
-    ExpireOptions, ExpireSnapshots, ExpireStaging, SnapshotsExpired, StagingExpired,
-};
 use crate::ingest::SourceOptions;
 use crate::ingest::copy_into::{CopyInto, CopyReport};
 use crate::pipe::alter::AlterPipe;
@@ -32,7 +29,9 @@ use crate::pipe::run::{PipeRun, RunPipe};
 use crate::pipe::status::{ListPipes, ShowPipe};
 use crate::pipe::{CreatePipe, PipeName, PipeOptions, PipeRunRecord, PipeState, PipeStatus};
 use crate::session::CommandContext;
+use crate::session::expire::{ExpireStaging, StagingExpired};
 use crate::session::operation::Operation;
+use crate::tables::expire::{ExpireOptions, ExpireSnapshots, SnapshotsExpired};
 use crate::tables::maintain::{
     DataFilesRewritten, ManifestsRewritten, OrphanFilesRemoved, OrphanOptions, RemoveOrphanFiles,
     RewriteDataFiles, RewriteDataOptions, RewriteManifests,

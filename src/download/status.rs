@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
 
 use super::{Download, DownloadId, DownloadRecord, DownloadState, find_download, list_downloads};
 use crate::catalog::Catalogs;
@@ -280,9 +281,14 @@ async fn drop_download(ctx: &CommandContext, id: &DownloadId) -> Result<Download
     })
 }
 
-/// Removes downloads whose time ran out; a pending one only once its filler
-/// stopped. Returns how many tables were removed.
-pub(crate) async fn expire(icestage: &Catalogs) -> Result<i64> {
+/// The download flow's part of `EXPIRE STAGING`: removes downloads whose
+/// time ran out; a pending one only once its filler stopped. Answers how
+/// many tables were removed.
+pub(crate) fn expire(ctx: &CommandContext) -> BoxFuture<'_, Result<i64>> {
+    Box::pin(expire_downloads(&ctx.icestage))
+}
+
+async fn expire_downloads(icestage: &Catalogs) -> Result<i64> {
     let now = Utc::now();
     let mut removed = 0;
     for catalog in icestage.catalogs() {

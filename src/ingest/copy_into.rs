@@ -21,6 +21,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema as ArrowSchema};
 use datafusion::error::DataFusionError;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use iceberg::spec::{Schema, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableCreation, TableIdent};
@@ -237,13 +238,30 @@ async fn log_rows(
     append_stored(catalog, &table, &rows).await
 }
 
+/// Before `EXPIRE SNAPSHOTS` removes the snapshots `expiring` of `table`,
+/// the copies they committed are marked committed in the copy log: the
+/// snapshot is the proof that a copy committed, and once it is gone the log
+/// says so itself.
+pub(crate) fn before_expiry(
+    catalog: Arc<IcebergCatalog>,
+    table: Table,
+    expiring: Vec<i64>,
+) -> BoxFuture<'static, Result<()>> {
+    Box::pin(async move {
+        let metadata = table.metadata();
+        let copies: Vec<String> = expiring
+            .iter()
+            .filter_map(|id| metadata.snapshot_by_id(*id))
+            .filter_map(|s| s.summary().additional_properties.get(SNAPSHOT_COPY_ID))
+            .cloned()
+            .collect();
+        mark_committed(&catalog, &table.identifier().to_string(), &copies).await
+    })
+}
+
 /// Marks `copies` into `target` committed in the log, in one commit: what
 /// proves them once their snapshots are expired.
-pub(crate) async fn mark_committed(
-    catalog: &IcebergCatalog,
-    target: &str,
-    copies: &[String],
-) -> Result<()> {
+async fn mark_committed(catalog: &IcebergCatalog, target: &str, copies: &[String]) -> Result<()> {
     if copies.is_empty() {
         return Ok(());
     }

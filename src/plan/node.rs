@@ -274,8 +274,8 @@ mod tests {
 
     #[test]
     fn commands_that_print_alike_are_still_two_commands() {
-        let a = CommandNode::new(crate::expiry::ExpireStaging.into(), None).unwrap();
-        let b = CommandNode::new(crate::expiry::ExpireStaging.into(), None).unwrap();
+        let a = CommandNode::new(crate::session::expire::ExpireStaging.into(), None).unwrap();
+        let b = CommandNode::new(crate::session::expire::ExpireStaging.into(), None).unwrap();
         assert_eq!(a.command.to_string(), b.command.to_string());
         assert_ne!(a, b);
         assert_eq!(a, a.clone());

@@ -3,6 +3,7 @@
 //! properties both kinds of session table carry, and the context every
 //! operation runs in.
 
+pub(crate) mod expire;
 pub(crate) mod log;
 pub(crate) mod operation;
 pub(crate) mod token;

@@ -16,6 +16,7 @@ pub(crate) mod abort;
 pub(crate) mod access;
 pub(crate) mod confine;
 pub(crate) mod create;
+pub(crate) mod expire;
 pub(crate) mod files;
 pub(crate) mod modes;
 pub(crate) mod promote;
@@ -577,17 +578,26 @@ pub(crate) async fn find_staging(icestage: &Catalogs, id: &UploadId) -> Result<O
     Ok(None)
 }
 
-/// All live sessions of one catalog.
-pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<Staging>> {
+/// The staging tables of one catalog with the upload each belongs to,
+/// as listed (none is loaded).
+pub(crate) async fn staging_tables(
+    catalog: &Arc<IcebergCatalog>,
+) -> Result<Vec<(UploadId, TableIdent)>> {
     let namespace = NamespaceIdent::new(STAGING_NAMESPACE.to_string());
     if !catalog.catalog().namespace_exists(&namespace).await? {
         return Ok(vec![]);
     }
+    let tables = catalog.catalog().list_tables(&namespace).await?;
+    Ok(tables
+        .into_iter()
+        .filter_map(|ident| Some((UploadId::from_staging_name(ident.name())?, ident)))
+        .collect())
+}
+
+/// All live sessions of one catalog.
+pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<Staging>> {
     let mut sessions = vec![];
-    for ident in catalog.catalog().list_tables(&namespace).await? {
-        if UploadId::from_staging_name(ident.name()).is_none() {
-            continue;
-        }
+    for (_, ident) in staging_tables(catalog).await? {
         // Removed between listing and loading: it finished meanwhile.
         if let Some(table) = catalog.load_if_present(&ident).await?
             && let Ok(session) = Staging::open(Arc::clone(catalog), table).await

@@ -30,7 +30,6 @@ const LAYERS: &[&str] = &[
     "ingest",
     "pipe",
     "credentials",
-    "expiry",
     "operations",
     "sql",
     "plan",

@@ -1,49 +1,55 @@
-//! `EXPIRE STAGING`: removes staging tables whose upload expired (and download
-//! tables whose download expired), finishes
-//! promotions that committed but did not clean up, and completes discards
-//! that were interrupted.
+//! `EXPIRE SNAPSHOTS <table>`: a table's old snapshots removed, with the
+//! files only they read.
+//!
+//! Some old snapshots are the exactly-once evidence of a flow above this
+//! layer (an upload promoted but not finished, a promotion on an audit
+//! branch not yet published, the copy ids of `COPY INTO`). The flows say
+//! which through [`ExpiryHooks`], installed at connect time
+//! ([`install_expiry_hooks`]); without them nothing is expired.
 
+use std::collections::HashSet;
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use chrono::Utc;
+use futures::future::BoxFuture;
+use iceberg::spec::MAIN_BRANCH;
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-use crate::catalog::TableName;
+use crate::catalog::commit::{GC_ENABLED, commit_expiry, gc_enabled};
+use crate::catalog::snapshot::{ancestry, refs};
+use crate::catalog::{IcebergCatalog, TableName};
 use crate::config::{OptionDoc, WithOptions, option, parse_duration};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::rows::result_row;
 use crate::session::CommandContext;
 use crate::session::operation::Operation;
-use crate::upload::abort::discard;
-use crate::upload::promote::PromoteUpload;
-use crate::upload::validation::load_target;
-use crate::upload::{UploadState, list_staging, promoted_snapshot};
 
-result_row! {
-    /// What `EXPIRE STAGING` removed.
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct StagingExpired {
-        /// Staging and download tables removed.
-        pub tables_removed: i64,
-    }
+/// The snapshots of a table (by id) that are an unfinished flow's
+/// exactly-once evidence: kept, however old.
+pub(crate) type Protected =
+    fn(Arc<IcebergCatalog>, Table) -> BoxFuture<'static, Result<HashSet<i64>>>;
+
+/// What a flow records before snapshots of a table (by id) are expired:
+/// the proof those snapshots held, kept elsewhere.
+pub(crate) type BeforeExpiry =
+    fn(Arc<IcebergCatalog>, Table, Vec<i64>) -> BoxFuture<'static, Result<()>>;
+
+/// What the flows above this layer tell `EXPIRE SNAPSHOTS`.
+pub(crate) struct ExpiryHooks {
+    /// The snapshots kept as evidence (uploads, audit branches).
+    pub(crate) protected: Protected,
+    /// Run before the commit that expires snapshots (the copy log).
+    pub(crate) before_expiry: BeforeExpiry,
 }
 
-/// `EXPIRE STAGING`.
-#[derive(Debug)]
-pub(crate) struct ExpireStaging;
+static HOOKS: OnceLock<ExpiryHooks> = OnceLock::new();
 
-impl Operation for ExpireStaging {
-    const NAME: &'static str = "ExpireStaging";
-    type Outcome = StagingExpired;
-
-    async fn run(&self, ctx: &CommandContext) -> Result<StagingExpired> {
-        expire_staging(ctx).await
-    }
-}
-
-impl fmt::Display for ExpireStaging {
-    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
-        Ok(())
-    }
+/// Installs the flows' [`ExpiryHooks`] (once per process; later calls keep
+/// the first).
+pub(crate) fn install_expiry_hooks(hooks: ExpiryHooks) {
+    let _ = HOOKS.set(hooks);
 }
 
 /// `EXPIRE SNAPSHOTS <table> [WITH (...)]`.
@@ -72,55 +78,6 @@ impl fmt::Display for ExpireSnapshots {
             self.options.retain_last
         )
     }
-}
-
-async fn expire_staging(ctx: &CommandContext) -> Result<StagingExpired> {
-    let now = Utc::now();
-    let mut removed = 0i64;
-    for catalog in ctx.icestage.catalogs() {
-        for staging in list_staging(catalog).await? {
-            let promoted = match load_target(&staging).await {
-                Ok(target) => promoted_snapshot(&target, &staging).is_some(),
-                Err(_) => false,
-            };
-            if promoted {
-                let finish = PromoteUpload::new(staging.id.clone(), Default::default());
-                finish.run(ctx).await?;
-                removed += 1;
-                continue;
-            }
-            // A client rewrote its sealed properties: its expiry cannot be
-            // believed, and it can never be promoted.
-            if staging.tampered.is_some() && !staging.claimed_elsewhere(now) {
-                discard(staging, UploadState::Expired).await?;
-                removed += 1;
-                continue;
-            }
-            match staging.state {
-                UploadState::Aborted | UploadState::Expired => {
-                    let state = staging.state;
-                    discard(staging, state).await?;
-                    removed += 1;
-                }
-                // A live promotion holds it: never pull files from under it.
-                UploadState::Promoting if staging.claimed_elsewhere(now) => {}
-                UploadState::Promoting if staging.past_promotion(now) => {
-                    discard(staging, UploadState::Expired).await?;
-                    removed += 1;
-                }
-                UploadState::Promoting | UploadState::Promoted | UploadState::Published => {}
-                UploadState::Open | UploadState::Failed if staging.is_expired(now) => {
-                    discard(staging, UploadState::Expired).await?;
-                    removed += 1;
-                }
-                UploadState::Open | UploadState::Failed => {}
-            }
-        }
-    }
-    removed += crate::download::status::expire(&ctx.icestage).await?;
-    Ok(StagingExpired {
-        tables_removed: removed,
-    })
 }
 
 result_row! {
@@ -189,7 +146,7 @@ impl WithOptions for ExpireOptions {
                 .ok()
                 .filter(|n: &usize| (1..=1_000_000).contains(n))
                 .ok_or_else(|| {
-                    crate::error::Error::invalid(format!(
+                    Error::invalid(format!(
                         "retain_last = '{value}' is not a count of snapshots: give a whole number from 1"
                     ))
                 })?;
@@ -200,37 +157,31 @@ impl WithOptions for ExpireOptions {
 
 /// `EXPIRE SNAPSHOTS <table>`: removes the snapshots older than
 /// `older_than` beyond the last `retain_last` from the table's metadata,
-/// keeping the exactly-once evidence: a snapshot that promoted an upload
-/// whose session has not finished stays, and the copy ids of `COPY INTO`
-/// snapshots are marked committed in the copy log before their snapshots go.
+/// keeping the exactly-once evidence the flows name ([`ExpiryHooks`]).
 /// The manifest lists of the expired snapshots are deleted, the manifests
 /// no remaining snapshot lists, and the data files no remaining snapshot
 /// reads (removed by an overwrite, a delete or a compaction) under the
 /// table's location or the staging tables'. A table that sets `gc.enabled
 /// = false` is refused, as Iceberg does.
-pub(crate) async fn expire_snapshots(
+async fn expire_snapshots(
     ctx: &CommandContext,
     table: &TableName,
     options: &ExpireOptions,
 ) -> Result<SnapshotsExpired> {
-    use std::collections::HashSet;
-
-    use iceberg::transaction::{ApplyTransactionAction, Transaction};
-
-    use iceberg::spec::MAIN_BRANCH;
-
-    use crate::catalog::commit::{GC_ENABLED, commit_expiry, gc_enabled};
-    use crate::catalog::snapshot::ancestry;
-    use crate::ingest::copy_into::{SNAPSHOT_COPY_ID, mark_committed};
-    use crate::upload::SNAPSHOT_UPLOAD_ID;
-
+    let Some(hooks) = HOOKS.get() else {
+        return Err(Error::internal(format!(
+            "EXPIRE SNAPSHOTS {table}: the flows' expiry hooks are not installed (icestage::register \
+             installs them), so the snapshots that prove a promotion or a copy cannot be told \
+             apart; nothing was expired"
+        )));
+    };
     let (catalog, ident) = (ctx.icestage.catalog(&table.catalog)?, &table.ident);
     // This process's background merge of the table waits (it would make
     // this a conflict).
     let _turn = crate::catalog::maintain::upkeep::turn(catalog, ident).await;
     let table = catalog.catalog().load_table(ident).await?;
     if !gc_enabled(&table) {
-        return Err(crate::error::Error::invalid(format!(
+        return Err(Error::invalid(format!(
             "EXPIRE SNAPSHOTS {ident}: the table sets {GC_ENABLED} = false (its files may be \
              shared with other tables), and Iceberg expires no snapshot of such a table; nothing \
              was changed. If the table owns its files, set {GC_ENABLED} = true on it first"
@@ -241,53 +192,25 @@ pub(crate) async fn expire_snapshots(
         - i64::try_from(options.older_than.as_millis()).unwrap_or(i64::MAX);
     // The newest `retain_last` of the main branch's ancestry, and every
     // branch or tag head, stay.
-    let mut kept: HashSet<i64> = crate::catalog::snapshot::refs(metadata)
-        .values()
-        .map(|r| r.snapshot_id)
-        .collect();
+    let mut kept: HashSet<i64> = refs(metadata).values().map(|r| r.snapshot_id).collect();
     kept.extend(
         ancestry(metadata, MAIN_BRANCH)
             .take(options.retain_last.max(1))
             .map(|s| s.snapshot_id()),
     );
-    // The uploads whose session has not finished: their staging tables,
-    // listed once.
-    let unfinished: HashSet<String> = list_staging(catalog)
-        .await?
-        .into_iter()
-        .map(|staging| staging.id.to_string())
-        .collect();
-    // Uploads promoted to an audit branch and not yet on main: the snapshot
-    // PUBLISH UPLOAD publishes stays.
-    let on_main: HashSet<&String> = ancestry(metadata, MAIN_BRANCH)
-        .filter_map(|s| s.summary().additional_properties.get(SNAPSHOT_UPLOAD_ID))
-        .collect();
-    let unpublished = |props: &std::collections::HashMap<String, String>| {
-        props.contains_key(crate::catalog::commit::branch::SNAPSHOT_BRANCH)
-            && props
-                .get(SNAPSHOT_UPLOAD_ID)
-                .is_some_and(|id| !on_main.contains(id))
-    };
+    let evidence = (hooks.protected)(Arc::clone(catalog), table.clone()).await?;
     let mut expire = vec![];
     let mut protected = 0i64;
-    let mut copies = vec![];
     for snapshot in metadata.snapshots() {
-        if kept.contains(&snapshot.snapshot_id()) || snapshot.timestamp_ms() >= cutoff {
+        let id = snapshot.snapshot_id();
+        if kept.contains(&id) || snapshot.timestamp_ms() >= cutoff {
             continue;
         }
-        let props = &snapshot.summary().additional_properties;
-        if props
-            .get(SNAPSHOT_UPLOAD_ID)
-            .is_some_and(|id| unfinished.contains(id))
-            || unpublished(props)
-        {
+        if evidence.contains(&id) {
             protected += 1;
-            continue;
+        } else {
+            expire.push(id);
         }
-        if let Some(copy) = props.get(SNAPSHOT_COPY_ID) {
-            copies.push(copy.clone());
-        }
-        expire.push(snapshot.snapshot_id());
     }
     let name = ident.to_string();
     if expire.is_empty() {
@@ -300,9 +223,9 @@ pub(crate) async fn expire_snapshots(
             message: format!("no snapshot of {name} is old enough to expire"),
         });
     }
-    // The snapshot is the proof that a copy committed; before it goes, the
-    // copy log says so itself.
-    mark_committed(catalog, &name, &copies).await?;
+    // The snapshots may be the proof of something; before they go, the
+    // flows keep that proof themselves.
+    (hooks.before_expiry)(Arc::clone(catalog), table.clone(), expire.clone()).await?;
     let tx = Transaction::new(&table);
     let tx = tx
         .expire_snapshots()
@@ -316,7 +239,7 @@ pub(crate) async fn expire_snapshots(
     let roots = catalog.promoted_roots();
     let (expired, files) = commit_expiry(catalog, &table, tx, &roots).await.map_err(|e| {
         if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts {
-            crate::error::Error::Conflict(format!(
+            Error::Conflict(format!(
                 "{name} changed while its snapshots were expired; nothing was expired: run EXPIRE SNAPSHOTS again"
             ))
         } else {
