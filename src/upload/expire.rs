@@ -14,7 +14,9 @@ use iceberg::table::Table;
 use super::abort::discard;
 use super::promote::PromoteUpload;
 use super::validation::load_target;
-use super::{SNAPSHOT_UPLOAD_ID, UploadState, list_staging, promoted_snapshot, staging_tables};
+use super::{
+    SNAPSHOT_UPLOAD_ID, UploadId, UploadState, list_staging, promoted_snapshot, staging_tables,
+};
 use crate::catalog::IcebergCatalog;
 use crate::catalog::commit::branch::SNAPSHOT_BRANCH;
 use crate::catalog::snapshot::ancestry;
@@ -87,8 +89,8 @@ pub(crate) fn evidence(
     Box::pin(async move {
         let unfinished: HashSet<String> = staging_tables(&catalog)
             .await?
-            .into_iter()
-            .map(|(id, _)| id.to_string())
+            .iter()
+            .map(UploadId::to_string)
             .collect();
         let metadata = table.metadata();
         let on_main: HashSet<&String> = ancestry(metadata, MAIN_BRANCH)

@@ -578,11 +578,9 @@ pub(crate) async fn find_staging(icestage: &Catalogs, id: &UploadId) -> Result<O
     Ok(None)
 }
 
-/// The staging tables of one catalog with the upload each belongs to,
-/// as listed (none is loaded).
-pub(crate) async fn staging_tables(
-    catalog: &Arc<IcebergCatalog>,
-) -> Result<Vec<(UploadId, TableIdent)>> {
+/// The uploads whose staging table one catalog lists (none is loaded;
+/// [`UploadId::staging_table`] names each table).
+pub(crate) async fn staging_tables(catalog: &Arc<IcebergCatalog>) -> Result<Vec<UploadId>> {
     let namespace = NamespaceIdent::new(STAGING_NAMESPACE.to_string());
     if !catalog.catalog().namespace_exists(&namespace).await? {
         return Ok(vec![]);
@@ -590,16 +588,16 @@ pub(crate) async fn staging_tables(
     let tables = catalog.catalog().list_tables(&namespace).await?;
     Ok(tables
         .into_iter()
-        .filter_map(|ident| Some((UploadId::from_staging_name(ident.name())?, ident)))
+        .filter_map(|ident| UploadId::from_staging_name(ident.name()))
         .collect())
 }
 
 /// All live sessions of one catalog.
 pub(crate) async fn list_staging(catalog: &Arc<IcebergCatalog>) -> Result<Vec<Staging>> {
     let mut sessions = vec![];
-    for (_, ident) in staging_tables(catalog).await? {
+    for id in staging_tables(catalog).await? {
         // Removed between listing and loading: it finished meanwhile.
-        if let Some(table) = catalog.load_if_present(&ident).await?
+        if let Some(table) = catalog.load_if_present(&id.staging_table()).await?
             && let Ok(session) = Staging::open(Arc::clone(catalog), table).await
         {
             sessions.push(session);
