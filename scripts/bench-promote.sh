@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Promotion against the reference PyIceberg flow at 1M, 5M and 10M rows
-# (benches/compare_promote.py): builds icestage in release mode, prepares
-# .venv, prints time and peak RSS of both with their ratios.
+# (benches/compare_promote.py): builds icestage with the profile named by
+# PROFILE (default: release, what ships; `PROFILE=quick` measures the
+# development profile), prepares .venv, prints time and peak RSS of both
+# with their ratios.
 # Extra arguments go to the script, e.g. --rows 100000.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cargo-env.sh
 ./scripts/setup-venv.sh
-cargo build --release --locked --bin icestage
-.venv/bin/python benches/compare_promote.py --icestage "$CARGO_TARGET_DIR/release/icestage" "$@"
+profile="${PROFILE:-release}"
+cargo build --profile "$profile" --locked --bin icestage
+.venv/bin/python benches/compare_promote.py --icestage "$CARGO_TARGET_DIR/$profile/icestage" "$@"
