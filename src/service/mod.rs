@@ -67,10 +67,12 @@ struct Inner {
     /// Where clients reach this service (see `ServiceSettings::public_url`),
     /// once known.
     public_url: std::sync::OnceLock<String>,
-    /// Uploads this process is promoting: a retried complete does not start
-    /// a second promotion here (another replica's is still safe: exactly
-    /// once holds in the catalog).
-    promoting: Mutex<HashSet<String>>,
+    /// Uploads this process is promoting, with what the next attempt runs
+    /// with: a retried complete does not start a second promotion here
+    /// (another replica's is still safe: exactly once holds in the catalog),
+    /// and one that claims the upload again while a failed attempt waits to
+    /// be retried hands its claim and options to that retry.
+    promoting: Mutex<std::collections::HashMap<String, Landing>>,
     /// The files each ready download's rows name, by its location, once
     /// read ([`crate::download::files::named_files`]): what its signed
     /// reads reach besides its table. At most [`NAMED_FILES_CACHED`].
@@ -353,21 +355,33 @@ impl AppState {
 
     /// Promotes upload `id` in the background, holding `claim` when the
     /// caller took one, unless this process already is; the outcome lands
-    /// in the catalog, where GET /uploads/{id} reads it.
+    /// in the catalog, where GET /uploads/{id} reads it. When it already
+    /// is, a new `claim` (the upload was `failed` between two attempts)
+    /// replaces the one the next attempt holds, with its options: that
+    /// attempt runs with it rather than waiting for it to lapse.
     pub(crate) fn promote_in_background(
         &self,
         id: &UploadId,
         landing: crate::PromoteOptions,
         claim: Option<crate::upload::promote::PromotionClaim>,
     ) {
-        if !self
+        use std::collections::hash_map::Entry;
+        match self
             .0
             .promoting
             .lock()
             .expect("promoting")
-            .insert(id.to_string())
+            .entry(id.to_string())
         {
-            return;
+            Entry::Occupied(mut next) => {
+                if claim.is_some() {
+                    next.insert((landing, claim));
+                }
+                return;
+            }
+            Entry::Vacant(next) => {
+                next.insert((landing, claim));
+            }
         }
         let state = self.clone();
         let id = id.clone();
@@ -379,10 +393,23 @@ impl AppState {
             // the retry takes it over.
             let mut pause = Duration::from_secs(1);
             let started = std::time::Instant::now();
-            for _ in 0..5 {
+            for attempt in 0..5 {
+                if attempt > 0 {
+                    crate::session::failpoint_async("promote.retry").await;
+                }
+                let Some((landing, claim)) = state
+                    .0
+                    .promoting
+                    .lock()
+                    .expect("promoting")
+                    .get(id.as_str())
+                    .cloned()
+                else {
+                    break;
+                };
                 let promoted = state
                     .ops()
-                    .promote_claimed_upload(&id, landing.clone(), claim.clone())
+                    .promote_claimed_upload(&id, landing, claim)
                     .await;
                 let outcome = match promoted {
                     Err(e) if matches!(e.kind(), ErrorKind::Upstream | ErrorKind::Internal) => {
@@ -422,7 +449,7 @@ impl AppState {
             .promoting
             .lock()
             .expect("promoting")
-            .contains(id.as_str())
+            .contains_key(id.as_str())
         {
             return;
         }
@@ -464,6 +491,13 @@ impl AppState {
         hex::encode(mac.finalize().into_bytes())[..32].to_string()
     }
 }
+
+/// What a background promotion's next attempt runs with: the options the
+/// upload was completed with and the claim taken for them.
+type Landing = (
+    crate::PromoteOptions,
+    Option<crate::upload::promote::PromotionClaim>,
+);
 
 /// An API error: `{"error": {"code": ..., "message": ...}}` with a status.
 #[derive(Debug)]

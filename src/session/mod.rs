@@ -84,20 +84,60 @@ pub(crate) struct SessionRecord<S> {
 /// file exists (a test acts in between). Compiled into debug builds only
 /// (the test profile).
 pub(crate) fn failpoint(name: &str) {
+    let mut said = false;
+    while let Some(pause) = failpoint_holds(name, &mut said) {
+        std::thread::sleep(pause);
+    }
+}
+
+/// [`failpoint`] for a task that must not hold its thread while it
+/// waits: a background task, whose thread the service's requests need.
+pub(crate) async fn failpoint_async(name: &str) {
+    let mut said = false;
+    while let Some(pause) = failpoint_holds(name, &mut said) {
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// How long a process at failpoint `name` waits before it looks again;
+/// `None` once it goes on (or when no test stops it there). The first look
+/// of each arrival (`said` still false) says so on stderr.
+fn failpoint_holds(name: &str, said: &mut bool) -> Option<std::time::Duration> {
     #[cfg(debug_assertions)]
     if std::env::var("ICESTAGE_FAILPOINT").is_ok_and(|v| v == name) {
-        eprintln!("failpoint {name} reached");
-        let resume = std::env::var_os("ICESTAGE_FAILPOINT_RESUME");
-        loop {
-            match &resume {
-                Some(file) if std::path::Path::new(file).exists() => return,
-                Some(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
-                None => std::thread::sleep(std::time::Duration::from_secs(3600)),
-            }
+        if !std::mem::replace(said, true) {
+            eprintln!("failpoint {name} reached");
         }
+        return match std::env::var_os("ICESTAGE_FAILPOINT_RESUME") {
+            Some(file) if std::path::Path::new(&file).exists() => None,
+            Some(_) => Some(std::time::Duration::from_millis(100)),
+            None => Some(std::time::Duration::from_secs(3600)),
+        };
     }
     #[cfg(not(debug_assertions))]
-    let _ = name;
+    let _ = (name, said);
+    None
+}
+
+/// [`failpoint`], where a test can also make the step fail: with
+/// `ICESTAGE_FAILPOINT_ERROR=<name>` set, the first time this process
+/// reaches it answers a storage error, which a caller retries as it would
+/// a catalog or storage that did not answer. Debug builds only.
+pub(crate) fn failpoint_or_error(name: &str) -> Result<()> {
+    failpoint(name);
+    #[cfg(debug_assertions)]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static FAILED: AtomicBool = AtomicBool::new(false);
+        if std::env::var("ICESTAGE_FAILPOINT_ERROR").is_ok_and(|v| v == name)
+            && !FAILED.swap(true, Ordering::SeqCst)
+        {
+            return Err(crate::error::Error::Io(std::io::Error::other(format!(
+                "failpoint {name}: an injected storage failure"
+            ))));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) use crate::catalog::is_missing;

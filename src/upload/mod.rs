@@ -42,7 +42,8 @@ use crate::catalog::commit::{Swap, swap_properties};
 use crate::error::{Error, Result};
 pub use crate::session::{PROP_CREATED_AT, PROP_EXPIRES_AT, PROP_MESSAGE, PROP_OWNER, PROP_STATE};
 pub(crate) use crate::session::{
-    SessionRecord, failpoint, id_shape, is_missing, property_time, random_id, state_named,
+    SessionRecord, failpoint, failpoint_or_error, id_shape, is_missing, property_time, random_id,
+    state_named,
 };
 
 pub use crate::catalog::STAGING_NAMESPACE;

@@ -33,8 +33,8 @@ use super::validation::{
     Validation, Verify, copies_first, load_target, transfer_path, verified_files,
 };
 use super::{
-    SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint, find_staging,
-    promoted_snapshot, transfer, validation::findings,
+    SNAPSHOT_UPLOAD_ID, Staging, UploadId, UploadRecord, UploadState, failpoint,
+    failpoint_or_error, find_staging, promoted_snapshot, transfer, validation::findings,
 };
 use crate::catalog::Catalogs;
 use crate::catalog::Removal;
@@ -680,7 +680,7 @@ async fn promote_claimed(
             reasons: lines,
         });
     }
-    failpoint("promote.after-validation");
+    failpoint_or_error("promote.after-validation")?;
 
     let rows = validation.rows;
     let ran_on = validation.ran_on();

@@ -436,27 +436,12 @@ async fn after_complete_no_replica_reads_the_upload_open() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promotion_whose_replica_died_is_finished_by_the_next_look() {
     let warehouse = Warehouse::new();
-    target(&warehouse).await;
-    let client = warehouse.session().await;
-    run(
-        &client,
-        "INSERT INTO payments.transactions VALUES \
-         ('t1', 'a1', 1, 'usd', TIMESTAMP '2026-06-01 00:00:00Z')",
-    )
-    .await
-    .unwrap();
+    let client = target_holding_t1(&warehouse).await;
     let path = write_config(&warehouse, "promotion_lease = \"2s\"");
     let held = Service::start_with(&path, &[("ICESTAGE_FAILPOINT", "promote.before-claim")]);
     let http = reqwest::Client::new();
     let id = three_rows_staged(&http, &held.url).await;
-    let accepted = http
-        .post(format!("{}/uploads/{id}/complete", held.url))
-        .bearer_auth(TOKEN)
-        .json(&json!({"mode": "upsert", "key": ["transaction_id"]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(accepted.status(), 202);
+    complete_upserting(&http, &held.url, &id).await;
     assert!(held.wait_for_line(
         "failpoint promote.before-claim reached",
         Duration::from_secs(60)
@@ -471,11 +456,86 @@ async fn a_promotion_whose_replica_died_is_finished_by_the_next_look() {
     )
     .await;
     assert_eq!(text(&done, "state"), "promoted", "{done}");
-    // Upserted: t1 replaced, t2 and t3 added; an append would have kept
-    // the old t1 beside the new one.
+    upserted_over_t1(&client).await;
+}
+
+/// A promotion that failed upstream (a storage error injected once, in a
+/// real service process) leaves the upload `failed` while its retry
+/// waits. A `complete` sent then claims the upload again, with other
+/// options: the retry runs with that claim and those options, at once,
+/// rather than waiting out the new claim's lease (60 s here) and landing
+/// the rows as the first `complete` asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complete_between_retries_is_what_the_retry_promotes() {
+    let warehouse = Warehouse::new();
+    let client = target_holding_t1(&warehouse).await;
+    let resume = warehouse.path().join("resume-retry");
+    let service = Service::start_with(
+        &write_config(&warehouse, ""),
+        &[
+            ("ICESTAGE_FAILPOINT_ERROR", "promote.after-validation"),
+            ("ICESTAGE_FAILPOINT", "promote.retry"),
+            ("ICESTAGE_FAILPOINT_RESUME", resume.to_str().unwrap()),
+        ],
+    );
+    let http = reqwest::Client::new();
+    let id = three_rows_staged(&http, &service.url).await;
+    let status = format!("{}/uploads/{id}", service.url);
+    complete(&http, &service.url, &id).await;
+    let failed = wait_state(&http, &status, &["failed", "promoted"]).await;
+    assert!(
+        text(&failed, "message").contains("an injected storage failure"),
+        "{failed}"
+    );
+    assert!(service.wait_for_line("failpoint promote.retry reached", Duration::from_secs(60)));
+    complete_upserting(&http, &service.url, &id).await;
+    let resumed = Instant::now();
+    std::fs::write(&resume, "").unwrap();
+    let done = wait_state(&http, &status, &["promoted", "failed"]).await;
+    assert_eq!(text(&done, "state"), "promoted", "{done}");
+    assert!(
+        resumed.elapsed() < Duration::from_secs(30),
+        "the retry waited {:?}, as for the second claim's lease",
+        resumed.elapsed()
+    );
+    upserted_over_t1(&client).await;
+}
+
+/// The target, holding one row `t1` with amount 1; a session on the
+/// warehouse.
+async fn target_holding_t1(warehouse: &Warehouse) -> datafusion::prelude::SessionContext {
+    target(warehouse).await;
+    let client = warehouse.session().await;
+    run(
+        &client,
+        "INSERT INTO payments.transactions VALUES \
+         ('t1', 'a1', 1, 'usd', TIMESTAMP '2026-06-01 00:00:00Z')",
+    )
+    .await
+    .unwrap();
+    client
+}
+
+/// `POST /uploads/{id}/complete` on the service at `api` asking for an
+/// upsert by `transaction_id`, accepted.
+async fn complete_upserting(http: &reqwest::Client, api: &str, id: &str) {
+    let accepted = http
+        .post(format!("{api}/uploads/{id}/complete"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"mode": "upsert", "key": ["transaction_id"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+}
+
+/// That [`three_rows_staged`]'s rows were upserted by `transaction_id`
+/// over [`target_holding_t1`]'s: t1 replaced, t2 and t3 added (an append
+/// would have kept the old t1 beside the new one).
+async fn upserted_over_t1(client: &datafusion::prelude::SessionContext) {
     assert_eq!(
         scalar(
-            &client,
+            client,
             "SELECT string_agg(concat(transaction_id, ':', amount_cents), ' ' \
              ORDER BY transaction_id) FROM payments.transactions"
         )
