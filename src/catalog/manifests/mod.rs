@@ -24,6 +24,7 @@ pub(crate) mod lookup;
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use iceberg::TableUpdate;
 use iceberg::spec::{
     FormatVersion, Manifest, ManifestFile, ManifestList, ManifestListWriter, Snapshot,
@@ -33,6 +34,10 @@ use iceberg::table::Table;
 use crate::catalog::confine::read_confined;
 use crate::error::{Error, Result};
 use crate::limits;
+
+/// Metadata files a clean-up reads or deletes at once: each read is
+/// bounded ([`limits`]), so this bounds the memory they take together.
+const READS_AT_ONCE: usize = 8;
 
 /// iceberg-rust's words for a manifest whose `schema` is not a table schema.
 const MISPLACED_SCHEMA: &str = "Fail to parse schema in manifest metadata";
@@ -147,35 +152,52 @@ pub(crate) async fn delete_confined(
         return Ok(());
     }
     let mut metadata: HashSet<String> = metadata_paths(table).into_iter().collect();
-    let mut data: HashSet<String> = HashSet::new();
-    for snapshot in table.metadata().snapshots() {
-        let Ok(list) = load_list(table, snapshot, location).await else {
-            continue;
-        };
-        for manifest in list.entries() {
-            if !is_under(&manifest.manifest_path, location) {
-                continue;
-            }
-            metadata.insert(manifest.manifest_path.clone());
-            if let Ok(loaded) = load(table, manifest, location).await {
-                data.extend(
-                    loaded
-                        .entries()
-                        .iter()
-                        .map(|e| e.data_file().file_path().to_string()),
-                );
-            }
+    // Each snapshot's list names the manifests of the snapshots before it
+    // too: every list is read, then every manifest once, several at a time.
+    // (Owned items: a closure over borrowed ones would not be `Send` for
+    // every caller's future.)
+    let snapshots: Vec<iceberg::spec::SnapshotRef> =
+        table.metadata().snapshots().cloned().collect();
+    let lists: Vec<ManifestList> = futures::stream::iter(snapshots)
+        .map(|snapshot| async move { load_list(table, &snapshot, location).await })
+        .buffer_unordered(READS_AT_ONCE)
+        .filter_map(|list| async move { list.ok() })
+        .collect()
+        .await;
+    let (mut seen, mut manifests) = (HashSet::new(), vec![]);
+    for manifest in lists.iter().flat_map(|list| list.entries()) {
+        if is_under(&manifest.manifest_path, location) && seen.insert(&manifest.manifest_path) {
+            manifests.push(manifest.clone());
         }
     }
+    metadata.extend(seen.into_iter().cloned());
+    let data: HashSet<String> = futures::stream::iter(manifests)
+        .map(|manifest| async move { load(table, &manifest, location).await })
+        .buffer_unordered(READS_AT_ONCE)
+        .filter_map(|loaded| async move { loaded.ok() })
+        .flat_map(|loaded| {
+            futures::stream::iter(
+                loaded
+                    .entries()
+                    .iter()
+                    .map(|e| e.data_file().file_path().to_string())
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect()
+        .await;
     let doomed: Vec<&String> = match removal {
         Removal::Everything | Removal::Location => metadata.iter().chain(data.iter()).collect(),
         // A path a manifest names as data is never deleted here, even when
         // another (client-written) manifest list calls it a manifest.
         Removal::MetadataOnly => metadata.difference(&data).collect(),
     };
-    for path in doomed {
-        delete_within(io, path, location).await;
-    }
+    let doomed: Vec<String> = doomed.into_iter().cloned().collect();
+    futures::stream::iter(doomed)
+        .for_each_concurrent(READS_AT_ONCE, |path| async move {
+            delete_within(io, &path, location).await;
+        })
+        .await;
     // The files its rows reference (or, for a staging table, that a client
     // put there for them) are the table's too.
     let files = crate::catalog::confine::files_folder(location);
