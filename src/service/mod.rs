@@ -72,7 +72,7 @@ struct Inner {
     /// (another replica's is still safe: exactly once holds in the catalog),
     /// and one that claims the upload again while a failed attempt waits to
     /// be retried hands its claim and options to that retry.
-    promoting: Mutex<std::collections::HashMap<String, Landing>>,
+    promoting: Mutex<std::collections::HashMap<String, NextAttempt>>,
     /// The files each ready download's rows name, by its location, once
     /// read ([`crate::download::files::named_files`]): what its signed
     /// reads reach besides its table. At most [`NAMED_FILES_CACHED`].
@@ -353,6 +353,13 @@ impl AppState {
         Ok(())
     }
 
+    /// The uploads this process is promoting (see [`Inner::promoting`]).
+    fn promoting(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, NextAttempt>> {
+        self.0.promoting.lock().expect("promoting")
+    }
+
     /// Promotes upload `id` in the background, holding `claim` when the
     /// caller took one, unless this process already is; the outcome lands
     /// in the catalog, where GET /uploads/{id} reads it. When it already
@@ -366,13 +373,7 @@ impl AppState {
         claim: Option<crate::upload::promote::PromotionClaim>,
     ) {
         use std::collections::hash_map::Entry;
-        match self
-            .0
-            .promoting
-            .lock()
-            .expect("promoting")
-            .entry(id.to_string())
-        {
+        match self.promoting().entry(id.to_string()) {
             Entry::Occupied(mut next) => {
                 if claim.is_some() {
                     next.insert((landing, claim));
@@ -397,14 +398,7 @@ impl AppState {
                 if attempt > 0 {
                     crate::session::failpoint_async("promote.retry").await;
                 }
-                let Some((landing, claim)) = state
-                    .0
-                    .promoting
-                    .lock()
-                    .expect("promoting")
-                    .get(id.as_str())
-                    .cloned()
-                else {
+                let Some((landing, claim)) = state.promoting().get(id.as_str()).cloned() else {
                     break;
                 };
                 let promoted = state
@@ -429,12 +423,7 @@ impl AppState {
                 crate::metrics::transition(crate::metrics::Session::Upload, id.as_str(), outcome);
                 break;
             }
-            state
-                .0
-                .promoting
-                .lock()
-                .expect("promoting")
-                .remove(id.as_str());
+            state.promoting().remove(id.as_str());
         });
         self.0.icestage.keep_background(task);
     }
@@ -444,13 +433,7 @@ impl AppState {
     /// `complete` answered 202), with the options it was claimed with. A
     /// failure is left to the next look.
     pub(crate) async fn resume_stalled(&self, id: &UploadId) {
-        if self
-            .0
-            .promoting
-            .lock()
-            .expect("promoting")
-            .contains_key(id.as_str())
-        {
+        if self.promoting().contains_key(id.as_str()) {
             return;
         }
         if let Ok(Some((landing, claim))) = self.ops().stalled_promotion(id).await {
@@ -494,7 +477,7 @@ impl AppState {
 
 /// What a background promotion's next attempt runs with: the options the
 /// upload was completed with and the claim taken for them.
-type Landing = (
+type NextAttempt = (
     crate::PromoteOptions,
     Option<crate::upload::promote::PromotionClaim>,
 );

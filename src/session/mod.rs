@@ -84,39 +84,46 @@ pub(crate) struct SessionRecord<S> {
 /// file exists (a test acts in between). Compiled into debug builds only
 /// (the test profile).
 pub(crate) fn failpoint(name: &str) {
-    let mut said = false;
-    while let Some(pause) = failpoint_holds(name, &mut said) {
-        std::thread::sleep(pause);
+    if let Some(pause) = failpoint_held(name) {
+        while !failpoint_resumed() {
+            std::thread::sleep(pause);
+        }
     }
 }
 
 /// [`failpoint`] for a task that must not hold its thread while it
 /// waits: a background task, whose thread the service's requests need.
 pub(crate) async fn failpoint_async(name: &str) {
-    let mut said = false;
-    while let Some(pause) = failpoint_holds(name, &mut said) {
-        tokio::time::sleep(pause).await;
+    if let Some(pause) = failpoint_held(name) {
+        while !failpoint_resumed() {
+            tokio::time::sleep(pause).await;
+        }
     }
 }
 
-/// How long a process at failpoint `name` waits before it looks again;
-/// `None` once it goes on (or when no test stops it there). The first look
-/// of each arrival (`said` still false) says so on stderr.
-fn failpoint_holds(name: &str, said: &mut bool) -> Option<std::time::Duration> {
+/// How long a process a test holds at failpoint `name` waits between two
+/// looks at [`failpoint_resumed`] (it says so on stderr); `None` when no
+/// test holds it there.
+fn failpoint_held(name: &str) -> Option<std::time::Duration> {
     #[cfg(debug_assertions)]
     if std::env::var("ICESTAGE_FAILPOINT").is_ok_and(|v| v == name) {
-        if !std::mem::replace(said, true) {
-            eprintln!("failpoint {name} reached");
-        }
-        return match std::env::var_os("ICESTAGE_FAILPOINT_RESUME") {
-            Some(file) if std::path::Path::new(&file).exists() => None,
-            Some(_) => Some(std::time::Duration::from_millis(100)),
-            None => Some(std::time::Duration::from_secs(3600)),
-        };
+        eprintln!("failpoint {name} reached");
+        let resumable = std::env::var_os("ICESTAGE_FAILPOINT_RESUME").is_some();
+        return Some(std::time::Duration::from_millis(if resumable {
+            100
+        } else {
+            3_600_000
+        }));
     }
     #[cfg(not(debug_assertions))]
-    let _ = (name, said);
+    let _ = name;
     None
+}
+
+/// Whether the test let a held process go on: the file that
+/// `ICESTAGE_FAILPOINT_RESUME` names exists.
+fn failpoint_resumed() -> bool {
+    std::env::var_os("ICESTAGE_FAILPOINT_RESUME").is_some_and(|f| std::path::Path::new(&f).exists())
 }
 
 /// [`failpoint`], where a test can also make the step fail: with

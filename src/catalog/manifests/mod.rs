@@ -174,25 +174,24 @@ pub(crate) async fn delete_confined(
     let data: HashSet<String> = futures::stream::iter(manifests)
         .map(|manifest| async move { load(table, &manifest, location).await })
         .buffer_unordered(READS_AT_ONCE)
-        .filter_map(|loaded| async move { loaded.ok() })
-        .flat_map(|loaded| {
-            futures::stream::iter(
-                loaded
-                    .entries()
-                    .iter()
-                    .map(|e| e.data_file().file_path().to_string())
-                    .collect::<Vec<_>>(),
-            )
+        .fold(HashSet::new(), |mut data, loaded| async move {
+            if let Ok(loaded) = loaded {
+                data.extend(
+                    loaded
+                        .entries()
+                        .iter()
+                        .map(|e| e.data_file().file_path().to_string()),
+                );
+            }
+            data
         })
-        .collect()
         .await;
-    let doomed: Vec<&String> = match removal {
-        Removal::Everything | Removal::Location => metadata.iter().chain(data.iter()).collect(),
+    let doomed: Vec<String> = match removal {
+        Removal::Everything | Removal::Location => metadata.into_iter().chain(data).collect(),
         // A path a manifest names as data is never deleted here, even when
         // another (client-written) manifest list calls it a manifest.
-        Removal::MetadataOnly => metadata.difference(&data).collect(),
+        Removal::MetadataOnly => metadata.difference(&data).cloned().collect(),
     };
-    let doomed: Vec<String> = doomed.into_iter().cloned().collect();
     futures::stream::iter(doomed)
         .for_each_concurrent(READS_AT_ONCE, |path| async move {
             delete_within(io, &path, location).await;

@@ -291,12 +291,18 @@ fn write_config(warehouse: &Warehouse, extra: &str) -> std::path::PathBuf {
 
 /// `POST /uploads/{id}/complete` on the service at `api`, accepted.
 async fn complete(http: &reqwest::Client, api: &str, id: &str) {
-    let response = http
+    complete_with(http, api, id, None).await;
+}
+
+/// [`complete`] with `body` (the options the promotion lands with).
+async fn complete_with(http: &reqwest::Client, api: &str, id: &str, body: Option<Value>) {
+    let mut request = http
         .post(format!("{api}/uploads/{id}/complete"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
+        .bearer_auth(TOKEN);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
     assert_eq!(response.status(), 202);
 }
 

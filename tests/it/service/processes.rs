@@ -519,14 +519,8 @@ async fn target_holding_t1(warehouse: &Warehouse) -> datafusion::prelude::Sessio
 /// `POST /uploads/{id}/complete` on the service at `api` asking for an
 /// upsert by `transaction_id`, accepted.
 async fn complete_upserting(http: &reqwest::Client, api: &str, id: &str) {
-    let accepted = http
-        .post(format!("{api}/uploads/{id}/complete"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"mode": "upsert", "key": ["transaction_id"]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(accepted.status(), 202);
+    let upsert = json!({"mode": "upsert", "key": ["transaction_id"]});
+    complete_with(http, api, id, Some(upsert)).await;
 }
 
 /// That [`three_rows_staged`]'s rows were upserted by `transaction_id`
