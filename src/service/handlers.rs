@@ -282,15 +282,22 @@ pub(crate) async fn complete_upload(
         key.as_deref(),
     )?;
     let id = status.upload_id.as_str();
+    let accepted = |state: UploadState| {
+        Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({"upload_id": id, "state": state.as_str()})),
+        )
+            .into_response())
+    };
     if !matches!(
         status.state,
         UploadState::Open | UploadState::Failed | UploadState::Promoting
     ) {
-        return Ok((
-            StatusCode::ACCEPTED,
-            Json(json!({"upload_id": id, "state": status.state.as_str()})),
-        )
-            .into_response());
+        return accepted(status.state);
+    }
+    // A promotion running here takes the claim itself once it can.
+    if state.attempt_running(&status.upload_id) {
+        return accepted(UploadState::Promoting);
     }
     let landing = crate::PromoteOptions {
         mode,
@@ -307,11 +314,7 @@ pub(crate) async fn complete_upload(
         .claim_promotion(&status.upload_id, &landing)
         .await?;
     state.promote_in_background(&status.upload_id, landing, claim);
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({"upload_id": id, "state": UploadState::Promoting.as_str()})),
-    )
-        .into_response())
+    accepted(UploadState::Promoting)
 }
 
 /// `POST /uploads/{id}/publish`: the rows of an upload promoted to an audit

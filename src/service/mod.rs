@@ -71,7 +71,9 @@ struct Inner {
     /// with: a retried complete does not start a second promotion here
     /// (another replica's is still safe: exactly once holds in the catalog),
     /// and one that claims the upload again while a failed attempt waits to
-    /// be retried hands its claim and options to that retry.
+    /// be retried hands its claim and options to that retry. While an
+    /// attempt runs, a complete here claims nothing (see
+    /// [`AppState::attempt_running`]).
     promoting: Mutex<std::collections::HashMap<String, NextAttempt>>,
     /// The files each ready download's rows name, by its location, once
     /// read ([`crate::download::files::named_files`]): what its signed
@@ -360,6 +362,17 @@ impl AppState {
         self.0.promoting.lock().expect("promoting")
     }
 
+    /// Whether a promotion attempt of upload `id` is running in this
+    /// process (not waiting to be tried again). A complete then claims
+    /// nothing: the attempt takes the claim itself once it can, and a claim
+    /// taken beside it would be one no attempt runs or renews, in the
+    /// attempt's way until it lapsed, and taken again by the next complete.
+    pub(crate) fn attempt_running(&self, id: &UploadId) -> bool {
+        self.promoting()
+            .get(id.as_str())
+            .is_some_and(|next| !next.waiting)
+    }
+
     /// Promotes upload `id` in the background, holding `claim` when the
     /// caller took one, unless this process already is; the outcome lands
     /// in the catalog, where GET /uploads/{id} reads it. When it already
@@ -376,12 +389,17 @@ impl AppState {
         match self.promoting().entry(id.to_string()) {
             Entry::Occupied(mut next) => {
                 if claim.is_some() {
-                    next.insert((landing, claim));
+                    let next = next.get_mut();
+                    (next.landing, next.claim) = (landing, claim);
                 }
                 return;
             }
             Entry::Vacant(next) => {
-                next.insert((landing, claim));
+                next.insert(NextAttempt {
+                    landing,
+                    claim,
+                    waiting: false,
+                });
             }
         }
         let state = self.clone();
@@ -398,7 +416,10 @@ impl AppState {
                 if attempt > 0 {
                     crate::session::failpoint_async("promote.retry").await;
                 }
-                let Some((landing, claim)) = state.promoting().get(id.as_str()).cloned() else {
+                let Some((landing, claim)) = state.promoting().get_mut(id.as_str()).map(|next| {
+                    next.waiting = false;
+                    (next.landing.clone(), next.claim.clone())
+                }) else {
                     break;
                 };
                 let promoted = state
@@ -407,6 +428,9 @@ impl AppState {
                     .await;
                 let outcome = match promoted {
                     Err(e) if matches!(e.kind(), ErrorKind::Upstream | ErrorKind::Internal) => {
+                        if let Some(next) = state.promoting().get_mut(id.as_str()) {
+                            next.waiting = true;
+                        }
                         tokio::time::sleep(pause).await;
                         pause *= 2;
                         continue;
@@ -475,12 +499,17 @@ impl AppState {
     }
 }
 
-/// What a background promotion's next attempt runs with: the options the
-/// upload was completed with and the claim taken for them.
-type NextAttempt = (
-    crate::PromoteOptions,
-    Option<crate::upload::promote::PromotionClaim>,
-);
+/// What a background promotion's next attempt runs with.
+struct NextAttempt {
+    /// The options the upload was completed with.
+    landing: crate::PromoteOptions,
+    /// The claim taken for them, if the complete took one.
+    claim: Option<crate::upload::promote::PromotionClaim>,
+    /// Between two attempts: the last one failed upstream and the next
+    /// waits its turn. A complete now claims the upload again and hands the
+    /// claim (and its options) to that attempt.
+    waiting: bool,
+}
 
 /// An API error: `{"error": {"code": ..., "message": ...}}` with a status.
 #[derive(Debug)]

@@ -459,6 +459,51 @@ async fn a_promotion_whose_replica_died_is_finished_by_the_next_look() {
     upserted_over_t1(&client).await;
 }
 
+/// A replica whose promotion waits on another replica's live claim: once
+/// that replica dies and its claim lapses, the waiting promotion takes the
+/// upload over, however often the client sends `complete` meanwhile. A
+/// complete there used to claim the lapsed upload beside the waiting
+/// promotion: a claim no promotion ran or renewed, in the waiting one's
+/// way until it lapsed, then taken again by the next complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completes_beside_a_waiting_promotion_do_not_keep_it_waiting() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let path = write_config(&warehouse, "promotion_lease = \"2s\"");
+    let held = Service::start_with(&path, &[("ICESTAGE_FAILPOINT", "promote.after-validation")]);
+    let waiting = Service::start(&path);
+    let http = reqwest::Client::new();
+    let id = three_rows_staged(&http, &held.url).await;
+    complete(&http, &held.url, &id).await;
+    assert!(held.wait_for_line(
+        "failpoint promote.after-validation reached",
+        Duration::from_secs(60)
+    ));
+    complete(&http, &waiting.url, &id).await;
+    held.kill();
+
+    let status = format!("{}/uploads/{id}", waiting.url);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        complete(&http, &waiting.url, &id).await;
+        let seen = get_json(&http, &status).await;
+        match text(&seen, "state").as_str() {
+            "promoting" => assert!(
+                Instant::now() < deadline,
+                "the waiting promotion never took the upload over: {seen}"
+            ),
+            _ => {
+                assert_eq!(
+                    (text(&seen, "state"), seen["rows"].as_i64()),
+                    ("promoted".to_string(), Some(3)),
+                    "{seen}"
+                );
+                break;
+            }
+        }
+    }
+}
+
 /// A promotion that failed upstream (a storage error injected once, in a
 /// real service process) leaves the upload `failed` while its retry
 /// waits. A `complete` sent then claims the upload again, with other
