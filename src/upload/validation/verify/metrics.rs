@@ -132,17 +132,12 @@ fn bounds(array: &ArrayRef, kind: &Type) -> Option<(Datum, Datum)> {
             })
         }
         PrimitiveType::String => {
-            if let Some(views) = array.as_string_view_opt() {
-                let (low, high) = (
-                    compute::min_string_view(views)?,
-                    compute::max_string_view(views)?,
-                );
-                return (low.len() <= MAX_STRING_BOUND && high.len() <= MAX_STRING_BOUND)
-                    .then(|| (Datum::string(low), Datum::string(high)));
-            }
-            let (low, high) = match array.as_string_opt::<i32>() {
-                Some(a) => string_bounds(a)?,
-                None => string_bounds(array.as_string_opt::<i64>()?)?,
+            let (low, high) = if let Some(views) = array.as_string_view_opt() {
+                string_view_bounds(views)?
+            } else if let Some(a) = array.as_string_opt::<i32>() {
+                string_bounds(a)?
+            } else {
+                string_bounds(array.as_string_opt::<i64>()?)?
             };
             (low.len() <= MAX_STRING_BOUND && high.len() <= MAX_STRING_BOUND)
                 .then(|| (Datum::string(low), Datum::string(high)))
@@ -198,6 +193,71 @@ fn string_bounds<O: datafusion::arrow::array::OffsetSizeTrait>(
     ))
 }
 
+/// [`string_bounds`] for string views, in one pass. A string of at most
+/// 12 bytes lies in its view: its bytes read as a big-endian number, then
+/// its length, order as the strings do, so such values are compared as
+/// integers; longer ones as strings.
+fn string_view_bounds(array: &datafusion::arrow::array::StringViewArray) -> Option<(&str, &str)> {
+    let nulls = array.nulls();
+    // (least, greatest) inline key with its row; (least, greatest) longer string.
+    let mut short: Option<((u128, usize), (u128, usize))> = None;
+    let mut long: Option<(&str, &str)> = None;
+    for (row, view) in array.views().iter().enumerate() {
+        if nulls.is_some_and(|n| n.is_null(row)) {
+            continue;
+        }
+        let length = *view as u32;
+        if length <= 12 {
+            let key = (inline_key(*view, length), row);
+            match &mut short {
+                None => short = Some((key, key)),
+                Some((low, high)) => {
+                    if key.0 < low.0 {
+                        *low = key;
+                    }
+                    if key.0 > high.0 {
+                        *high = key;
+                    }
+                }
+            }
+        } else {
+            let value = array.value(row);
+            match &mut long {
+                None => long = Some((value, value)),
+                Some((low, high)) => {
+                    if value < *low {
+                        *low = value;
+                    }
+                    if value > *high {
+                        *high = value;
+                    }
+                }
+            }
+        }
+    }
+    let short = short.map(|((_, low), (_, high))| (array.value(low), array.value(high)));
+    match (short, long) {
+        (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+        (one, other) => one.or(other),
+    }
+}
+
+/// A key that orders inline views (`length` of at most 12) as their bytes
+/// do: the bytes big-endian in the top 96 bits (those past `length` masked
+/// off), the length in the low 32.
+fn inline_key(view: u128, length: u32) -> u128 {
+    // Little-endian, the length is the view's bytes 0 to 3 and the string
+    // its bytes 4 to 15: swapped, the length is the top 32 bits and byte 0
+    // of the string the next; shifted, byte 0 is the most significant.
+    let bytes = view.swap_bytes() << 32;
+    let kept = if length == 0 {
+        0
+    } else {
+        u128::MAX << (8 * (16 - length))
+    };
+    (bytes & kept) | u128::from(length)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -223,6 +283,69 @@ mod tests {
         assert_eq!(string_bounds(&large), Some(("abcdefghi", "b")));
         let empty = StringArray::from(vec![None::<&str>]);
         assert_eq!(string_bounds(&empty), None);
+    }
+
+    #[test]
+    fn string_view_bounds_are_arrow_s_min_and_max() {
+        use datafusion::arrow::array::StringViewArray;
+        let cases: Vec<Vec<Option<&str>>> = vec![
+            vec![
+                Some("txn_5"),
+                None,
+                Some("txn_10"),
+                Some("txn_9"),
+                Some("a"),
+            ],
+            vec![Some("a"), Some("a\0"), Some(""), Some("a\u{1}")],
+            vec![
+                Some("abcdefghijkl"),
+                Some("abcdefghijklm"),
+                Some("abcdefghijk"),
+            ],
+            vec![
+                Some("zzzzzzzzzzzzzzzz"),
+                Some("b"),
+                Some("aaaaaaaaaaaaaaaaaaaa"),
+                None,
+            ],
+            vec![
+                Some("\u{ff}x"),
+                Some("\u{7f}"),
+                Some("long string over twelve bytes"),
+            ],
+            vec![
+                Some("same prefix 12+a"),
+                Some("same prefix 12"),
+                Some("same prefix 1"),
+            ],
+            vec![None, None],
+            vec![],
+        ];
+        // And strings of 0 to 19 bytes over a small alphabet (NUL among
+        // them), where prefixes and lengths decide most comparisons.
+        let mut state = 7u64;
+        let mut random: Vec<String> = vec![];
+        for _ in 0..2_000 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let length = (state >> 59) as usize % 20;
+            random.push(
+                (0..length)
+                    .map(|i| ['\0', 'a', 'b', '~'][(state >> (2 * i + 8)) as usize % 4])
+                    .collect(),
+            );
+        }
+        let cases = cases.into_iter().chain(
+            random
+                .chunks(50)
+                .map(|c| c.iter().map(|s| Some(s.as_str())).collect()),
+        );
+        for case in cases {
+            let array = StringViewArray::from(case.clone());
+            let expected = compute::min_string_view(&array).zip(compute::max_string_view(&array));
+            assert_eq!(string_view_bounds(&array), expected, "{case:?}");
+        }
     }
 
     #[test]
