@@ -214,16 +214,18 @@ impl Service {
         Self { child, url, stderr }
     }
 
-    /// Waits up to `timeout` for a stderr line containing `needle`.
-    fn wait_for_line(&self, needle: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+    /// Waits up to a minute for the process to say it reached `failpoint`
+    /// (where `ICESTAGE_FAILPOINT` holds it).
+    fn reached_failpoint(&self, failpoint: &str) -> bool {
+        let needle = format!("failpoint {failpoint} reached");
+        let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if self
                 .stderr
                 .lock()
                 .unwrap()
                 .iter()
-                .any(|l| l.contains(needle))
+                .any(|l| l.contains(&needle))
             {
                 return true;
             }

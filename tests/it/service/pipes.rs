@@ -65,19 +65,13 @@ async fn files_arriving_while_serve_runs_land_once_through_kills_and_two_replica
 
     // Killed after its copy log entry, before the commit: nothing landed.
     let first = Service::start_with(&config, &[("ICESTAGE_FAILPOINT", "copy.before-commit")]);
-    assert!(first.wait_for_line(
-        "failpoint copy.before-commit reached",
-        Duration::from_secs(60)
-    ));
+    assert!(first.reached_failpoint("copy.before-commit"));
     first.kill();
     assert_eq!(count(&ctx, "raw.events").await, (0, 0));
     // The next runner takes over once the lease ran out, and is killed
     // after its commit, before it recorded anything.
     let second = Service::start_with(&config, &[("ICESTAGE_FAILPOINT", "copy.after-commit")]);
-    assert!(second.wait_for_line(
-        "failpoint copy.after-commit reached",
-        Duration::from_secs(60)
-    ));
+    assert!(second.reached_failpoint("copy.after-commit"));
     second.kill();
     assert_eq!(count(&ctx, "raw.events").await, (3, 3));
 

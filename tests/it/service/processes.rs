@@ -442,10 +442,7 @@ async fn a_promotion_whose_replica_died_is_finished_by_the_next_look() {
     let http = reqwest::Client::new();
     let id = three_rows_staged(&http, &held.url).await;
     complete_upserting(&http, &held.url, &id).await;
-    assert!(held.wait_for_line(
-        "failpoint promote.before-claim reached",
-        Duration::from_secs(60)
-    ));
+    assert!(held.reached_failpoint("promote.before-claim"));
     held.kill();
 
     let other = Service::start(&path);
@@ -475,10 +472,7 @@ async fn completes_beside_a_waiting_promotion_do_not_keep_it_waiting() {
     let http = reqwest::Client::new();
     let id = three_rows_staged(&http, &held.url).await;
     complete(&http, &held.url, &id).await;
-    assert!(held.wait_for_line(
-        "failpoint promote.after-validation reached",
-        Duration::from_secs(60)
-    ));
+    assert!(held.reached_failpoint("promote.after-validation"));
     complete(&http, &waiting.url, &id).await;
     held.kill();
 
@@ -532,7 +526,7 @@ async fn a_complete_between_retries_is_what_the_retry_promotes() {
         text(&failed, "message").contains("an injected storage failure"),
         "{failed}"
     );
-    assert!(service.wait_for_line("failpoint promote.retry reached", Duration::from_secs(60)));
+    assert!(service.reached_failpoint("promote.retry"));
     complete_upserting(&http, &service.url, &id).await;
     let resumed = Instant::now();
     std::fs::write(&resume, "").unwrap();
