@@ -340,8 +340,12 @@ async fn delete_unread_data_files(
 ) -> DataFilesDeleted {
     let mut deleted = DataFilesDeleted::default();
     let (Some(live), Some(listed)) = (
-        data_file_paths(table, kept, location, true).await,
-        data_file_paths(table, alone.iter(), location, false).await,
+        crate::catalog::manifests::listed_files(table, kept, location, true)
+            .await
+            .ok(),
+        crate::catalog::manifests::listed_files(table, alone.iter(), location, false)
+            .await
+            .ok(),
     ) else {
         return deleted;
     };
@@ -360,29 +364,6 @@ async fn delete_unread_data_files(
         }
     }
     deleted
-}
-
-/// The data files `manifests` of `table` list (those of live entries only,
-/// with `live_only`); `None` if one cannot be read.
-async fn data_file_paths(
-    table: &Table,
-    manifests: impl Iterator<Item = &iceberg::spec::ManifestFile>,
-    location: &str,
-    live_only: bool,
-) -> Option<std::collections::HashSet<String>> {
-    let mut paths = std::collections::HashSet::new();
-    for manifest in manifests {
-        let read = crate::catalog::manifests::load(table, manifest, location)
-            .await
-            .ok()?;
-        paths.extend(
-            read.entries()
-                .iter()
-                .filter(|e| !live_only || e.is_alive())
-                .map(|e| e.data_file().file_path().to_string()),
-        );
-    }
-    Some(paths)
 }
 
 /// Commits `tx` (an expiry of snapshots of `table`) on exactly the version

@@ -147,26 +147,23 @@ async fn referenced(table: &Table, location: &str) -> Result<HashSet<String>> {
         "{}/metadata/version-hint.text",
         location.trim_end_matches('/')
     )));
-    let mut manifests = HashSet::new();
+    let mut manifests = std::collections::HashMap::new();
     for snapshot in table.metadata().snapshots() {
         let list = crate::catalog::manifests::load_list(table, snapshot, location)
             .await
             .map_err(|e| unreadable(table, &e))?;
-        for manifest in list.entries() {
-            if !manifests.insert(manifest.manifest_path.clone()) {
-                continue;
-            }
-            paths.extend(canonical(&manifest.manifest_path));
-            let read = crate::catalog::manifests::load(table, manifest, location)
-                .await
-                .map_err(|e| unreadable(table, &e))?;
-            paths.extend(
-                read.entries()
-                    .iter()
-                    .filter_map(|e| canonical(e.data_file().file_path())),
-            );
+        for manifest in list.consume_entries() {
+            manifests
+                .entry(manifest.manifest_path.clone())
+                .or_insert(manifest);
         }
     }
+    paths.extend(manifests.keys().filter_map(|p| canonical(p)));
+    let listed =
+        crate::catalog::manifests::listed_files(table, manifests.values(), location, false)
+            .await
+            .map_err(|e| unreadable(table, &e))?;
+    paths.extend(listed.iter().filter_map(|p| canonical(p)));
     Ok(paths)
 }
 

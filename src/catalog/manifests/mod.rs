@@ -254,6 +254,29 @@ pub(crate) async fn load(table: &Table, file: &ManifestFile, location: &str) -> 
     parse_with_table(&bytes, path, table).map(|manifest| inherit(manifest, file))
 }
 
+/// The data and delete files the manifests `files` of `table` list, each
+/// read with [`load`]: of live entries only with `live_only`, of every
+/// entry otherwise.
+pub(crate) async fn listed_files<'a>(
+    table: &Table,
+    files: impl IntoIterator<Item = &'a ManifestFile>,
+    location: &str,
+    live_only: bool,
+) -> Result<std::collections::HashSet<String>> {
+    let mut paths = std::collections::HashSet::new();
+    for file in files {
+        let manifest = load(table, file, location).await?;
+        paths.extend(
+            manifest
+                .entries()
+                .iter()
+                .filter(|e| !live_only || e.is_alive())
+                .map(|e| e.data_file().file_path().to_string()),
+        );
+    }
+    Ok(paths)
+}
+
 /// What entries whose snapshot id or sequence numbers are unset take from
 /// the manifest list entry `file` (Iceberg's inheritance, as
 /// `ManifestFile::load_manifest` applies it).
