@@ -295,10 +295,11 @@ pub(crate) async fn complete_upload(
     ) {
         return accepted(status.state);
     }
-    // A promotion running here takes the claim itself once it can.
-    if state.attempt_running(&status.upload_id) {
+    // A promotion running here takes the claim itself once it can; so does
+    // one that another complete is starting.
+    let Some(slot) = state.reserve_attempt(&status.upload_id) else {
         return accepted(UploadState::Promoting);
-    }
+    };
     let landing = crate::PromoteOptions {
         mode,
         tag: request.tag,
@@ -309,11 +310,12 @@ pub(crate) async fn complete_upload(
     // `promoting` from here on, on every replica. What stops it (a mode or
     // branch the target cannot take, a tampered upload, a catalog that does
     // not answer) is answered now, not in the background.
+    crate::session::failpoint_async("complete.before-claim").await;
     let claim = state
         .ops()
         .claim_promotion(&status.upload_id, &landing)
         .await?;
-    state.promote_in_background(&status.upload_id, landing, claim);
+    slot.start(landing, claim);
     accepted(UploadState::Promoting)
 }
 

@@ -72,8 +72,8 @@ struct Inner {
     /// (another replica's is still safe: exactly once holds in the catalog),
     /// and one that claims the upload again while a failed attempt waits to
     /// be retried hands its claim and options to that retry. While an
-    /// attempt runs, a complete here claims nothing (see
-    /// [`AppState::attempt_running`]).
+    /// attempt runs, or another complete claims, a complete here claims
+    /// nothing (see [`AppState::reserve_attempt`]).
     promoting: Mutex<std::collections::HashMap<String, NextAttempt>>,
     /// The files each ready download's rows name, by its location, once
     /// read ([`crate::download::files::named_files`]): what its signed
@@ -362,15 +362,33 @@ impl AppState {
         self.0.promoting.lock().expect("promoting")
     }
 
-    /// Whether a promotion attempt of upload `id` is running in this
-    /// process (not waiting to be tried again). A complete then claims
-    /// nothing: the attempt takes the claim itself once it can, and a claim
-    /// taken beside it would be one no attempt runs or renews, in the
-    /// attempt's way until it lapsed, and taken again by the next complete.
-    pub(crate) fn attempt_running(&self, id: &UploadId) -> bool {
-        self.promoting()
-            .get(id.as_str())
-            .is_some_and(|next| !next.waiting)
+    /// A complete's place in [`Inner::promoting`] for upload `id`, taken
+    /// before it claims the upload. `None` when an attempt runs here, or
+    /// another complete holds the place: the complete then claims nothing
+    /// (the attempt takes the claim itself once it can; a claim taken
+    /// beside it would be one no attempt runs or renews, in the way until
+    /// it lapsed). Between two attempts, the place is the waiting retry's,
+    /// which the complete's claim goes to.
+    pub(crate) fn reserve_attempt(&self, id: &UploadId) -> Option<AttemptSlot> {
+        use std::collections::hash_map::Entry;
+        let reserved = match self.promoting().entry(id.to_string()) {
+            Entry::Occupied(next) if next.get().waiting => false,
+            Entry::Occupied(_) => return None,
+            Entry::Vacant(next) => {
+                next.insert(NextAttempt {
+                    landing: crate::PromoteOptions::default(),
+                    claim: None,
+                    waiting: false,
+                    reserved: true,
+                });
+                true
+            }
+        };
+        Some(AttemptSlot {
+            state: self.clone(),
+            id: id.clone(),
+            reserved,
+        })
     }
 
     /// Promotes upload `id` in the background, holding `claim` when the
@@ -378,7 +396,8 @@ impl AppState {
     /// in the catalog, where GET /uploads/{id} reads it. When it already
     /// is, a new `claim` (the upload was `failed` between two attempts)
     /// replaces the one the next attempt holds, with its options: that
-    /// attempt runs with it rather than waiting for it to lapse.
+    /// attempt runs with it rather than waiting for it to lapse. A place a
+    /// complete reserved ([`AppState::reserve_attempt`]) is this one's.
     pub(crate) fn promote_in_background(
         &self,
         id: &UploadId,
@@ -387,6 +406,9 @@ impl AppState {
     ) {
         use std::collections::hash_map::Entry;
         match self.promoting().entry(id.to_string()) {
+            Entry::Occupied(mut next) if next.get().reserved => {
+                *next.get_mut() = NextAttempt::new(landing, claim);
+            }
             Entry::Occupied(mut next) => {
                 if claim.is_some() {
                     let next = next.get_mut();
@@ -395,11 +417,7 @@ impl AppState {
                 return;
             }
             Entry::Vacant(next) => {
-                next.insert(NextAttempt {
-                    landing,
-                    claim,
-                    waiting: false,
-                });
+                next.insert(NextAttempt::new(landing, claim));
             }
         }
         let state = self.clone();
@@ -509,6 +527,61 @@ struct NextAttempt {
     /// waits its turn. A complete now claims the upload again and hands the
     /// claim (and its options) to that attempt.
     waiting: bool,
+    /// No attempt yet: a complete holds the place while it claims the
+    /// upload ([`AppState::reserve_attempt`]).
+    reserved: bool,
+}
+
+impl NextAttempt {
+    /// The first attempt, with what the complete asked for and claimed.
+    fn new(
+        landing: crate::PromoteOptions,
+        claim: Option<crate::upload::promote::PromotionClaim>,
+    ) -> Self {
+        Self {
+            landing,
+            claim,
+            waiting: false,
+            reserved: false,
+        }
+    }
+}
+
+/// A complete's place among the uploads this process promotes (see
+/// [`AppState::reserve_attempt`]). Dropped before [`AttemptSlot::start`]
+/// (the claim failed), it gives the place back.
+pub(crate) struct AttemptSlot {
+    state: AppState,
+    id: UploadId,
+    /// Whether the place is this complete's own (not a waiting retry's).
+    reserved: bool,
+}
+
+impl AttemptSlot {
+    /// Promotes the upload in the background with `landing`, holding
+    /// `claim` (see [`AppState::promote_in_background`]).
+    pub(crate) fn start(
+        mut self,
+        landing: crate::PromoteOptions,
+        claim: Option<crate::upload::promote::PromotionClaim>,
+    ) {
+        self.state.promote_in_background(&self.id, landing, claim);
+        self.reserved = false;
+    }
+}
+
+impl Drop for AttemptSlot {
+    fn drop(&mut self) {
+        if self.reserved {
+            let mut promoting = self.state.promoting();
+            if promoting
+                .get(self.id.as_str())
+                .is_some_and(|next| next.reserved)
+            {
+                promoting.remove(self.id.as_str());
+            }
+        }
+    }
 }
 
 /// An API error: `{"error": {"code": ..., "message": ...}}` with a status.

@@ -180,6 +180,21 @@ impl Service {
         Self::start_with(config_path, &[])
     }
 
+    /// [`Service::start_with`] held at `failpoint` until the file `resume`
+    /// is written, with the environment variables `env` besides.
+    fn start_held(
+        config_path: &std::path::Path,
+        failpoint: &str,
+        resume: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let held = [
+            ("ICESTAGE_FAILPOINT", failpoint),
+            ("ICESTAGE_FAILPOINT_RESUME", resume.to_str().unwrap()),
+        ];
+        Self::start_with(config_path, &[&held[..], env].concat())
+    }
+
     /// [`Service::start`] with environment variables (a failpoint).
     fn start_with(config_path: &std::path::Path, env: &[(&str, &str)]) -> Self {
         let binary =
@@ -312,6 +327,12 @@ async fn complete_with(http: &reqwest::Client, api: &str, id: &str, body: Option
 /// promoted with `rows` rows.
 async fn complete_promoted(http: &reqwest::Client, api: &str, id: &str, rows: i64) {
     complete(http, api, id).await;
+    wait_promoted(http, api, id, rows).await;
+}
+
+/// Waits until upload `id`, as the service at `api` reads it, is promoted
+/// with `rows` rows (not failed).
+async fn wait_promoted(http: &reqwest::Client, api: &str, id: &str, rows: i64) {
     let done = wait_state(
         http,
         &format!("{api}/uploads/{id}"),

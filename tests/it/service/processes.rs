@@ -100,13 +100,7 @@ async fn the_design_s_download_client_configures_its_catalog_from_the_create_ans
     let warehouse = Warehouse::new();
     target(&warehouse).await;
     let resume = warehouse.path().join("resume-download");
-    let service = Service::start_with(
-        &write_config(&warehouse, ""),
-        &[
-            ("ICESTAGE_FAILPOINT", "download.fill"),
-            ("ICESTAGE_FAILPOINT_RESUME", resume.to_str().unwrap()),
-        ],
-    );
+    let service = Service::start_held(&write_config(&warehouse, ""), "download.fill", &resume, &[]);
     design_client_promotes(&service, 7);
     let out = python_script(
         "download_client.py",
@@ -402,13 +396,9 @@ async fn after_complete_no_replica_reads_the_upload_open() {
     target(&warehouse).await;
     let resume = warehouse.path().join("resume-promotion");
     let path = write_config(&warehouse, "");
-    let held = [
-        ("ICESTAGE_FAILPOINT", "promote.before-claim"),
-        ("ICESTAGE_FAILPOINT_RESUME", resume.to_str().unwrap()),
-    ];
     let (a, b) = (
-        Service::start_with(&path, &held),
-        Service::start_with(&path, &held),
+        Service::start_held(&path, "promote.before-claim", &resume, &[]),
+        Service::start_held(&path, "promote.before-claim", &resume, &[]),
     );
     let http = reqwest::Client::new();
     let id = three_rows_staged(&http, &a.url).await;
@@ -416,17 +406,7 @@ async fn after_complete_no_replica_reads_the_upload_open() {
     let seen = get_json(&http, &format!("{}/uploads/{id}", b.url)).await;
     assert_eq!(text(&seen, "state"), "promoting", "{seen}");
     std::fs::write(&resume, "").unwrap();
-    let done = wait_state(
-        &http,
-        &format!("{}/uploads/{id}", b.url),
-        &["promoted", "failed"],
-    )
-    .await;
-    assert_eq!(
-        (text(&done, "state"), done["rows"].as_i64()),
-        ("promoted".to_string(), Some(3)),
-        "{done}"
-    );
+    wait_promoted(&http, &b.url, &id, 3).await;
 }
 
 /// A replica killed after `complete` answered 202, before its promotion
@@ -498,6 +478,45 @@ async fn completes_beside_a_waiting_promotion_do_not_keep_it_waiting() {
     }
 }
 
+/// Two completes of one upload at once on one replica: the second, sent
+/// while the first is still claiming (held there by a failpoint), claims
+/// nothing and answers `promoting` at once, and the one promotion runs with
+/// the first's claim. Both used to claim, and the attempt could start with
+/// the claim that lost: the winning claim then ran nowhere and held the
+/// upload until its lease lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complete_beside_one_still_claiming_claims_nothing() {
+    let warehouse = Warehouse::new();
+    target(&warehouse).await;
+    let resume = warehouse.path().join("resume-claim");
+    let service = Service::start_held(
+        &write_config(&warehouse, ""),
+        "complete.before-claim",
+        &resume,
+        &[],
+    );
+    let http = reqwest::Client::new();
+    let id = three_rows_staged(&http, &service.url).await;
+    let first = tokio::spawn({
+        let (http, api, id) = (http.clone(), service.url.clone(), id.clone());
+        async move { complete(&http, &api, &id).await }
+    });
+    assert!(service.reached_failpoint("complete.before-claim"));
+    let second = http
+        .post(format!("{}/uploads/{id}/complete", service.url))
+        .bearer_auth(TOKEN)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .expect("the second complete waited on the first one's claim");
+    assert_eq!(second.status(), 202);
+    let second: Value = second.json().await.unwrap();
+    assert_eq!(text(&second, "state"), "promoting", "{second}");
+    std::fs::write(&resume, "").unwrap();
+    first.await.unwrap();
+    wait_promoted(&http, &service.url, &id, 3).await;
+}
+
 /// A promotion that failed upstream (a storage error injected once, in a
 /// real service process) leaves the upload `failed` while its retry
 /// waits. A `complete` sent then claims the upload again, with other
@@ -509,13 +528,11 @@ async fn a_complete_between_retries_is_what_the_retry_promotes() {
     let warehouse = Warehouse::new();
     let client = target_holding_t1(&warehouse).await;
     let resume = warehouse.path().join("resume-retry");
-    let service = Service::start_with(
+    let service = Service::start_held(
         &write_config(&warehouse, ""),
-        &[
-            ("ICESTAGE_FAILPOINT_ERROR", "promote.after-validation"),
-            ("ICESTAGE_FAILPOINT", "promote.retry"),
-            ("ICESTAGE_FAILPOINT_RESUME", resume.to_str().unwrap()),
-        ],
+        "promote.retry",
+        &resume,
+        &[("ICESTAGE_FAILPOINT_ERROR", "promote.after-validation")],
     );
     let http = reqwest::Client::new();
     let id = three_rows_staged(&http, &service.url).await;
