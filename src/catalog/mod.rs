@@ -35,6 +35,7 @@ pub(crate) mod registry;
 pub(crate) mod rest_backend;
 pub(crate) mod scoped;
 pub(crate) mod snapshot;
+pub(crate) mod specs;
 pub(crate) mod views;
 
 /// Namespace of staging tables.

@@ -140,14 +140,7 @@ impl PointerStore {
             requirement.check(Some(base.metadata()))?;
         }
         let current = base.metadata_location_result()?;
-        let mut builder = base
-            .metadata()
-            .clone()
-            .into_builder(Some(current.to_string()));
-        for update in updates {
-            builder = update.apply(builder)?;
-        }
-        let metadata = builder.build()?.metadata;
+        let metadata = super::specs::apply(base.metadata(), current, updates)?;
         let location = MetadataLocation::from_str(current)?
             .with_next_version()
             .with_new_metadata(&metadata);
