@@ -66,7 +66,7 @@ fn through_builder(
 fn binds(spec: &PartitionSpec, metadata: &TableMetadata) -> bool {
     spec.clone()
         .into_unbound()
-        .bind(metadata.current_schema().clone())
+        .bind(std::sync::Arc::clone(metadata.current_schema()))
         .is_ok()
 }
 
