@@ -90,6 +90,54 @@ async fn pyiceberg_appends_to_staging_and_reads_the_promoted_rows() {
     assert_eq!(count, "25");
 }
 
+/// A table whose partition field was removed (by PyIceberg) has a new
+/// default spec without fields, spec 1 here: rows icestage writes into it
+/// (an INSERT into the staging table, then the promotion) are files of that
+/// spec. They were written as spec 0's, which the commit refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_whose_partition_field_was_removed_takes_uploads() {
+    let warehouse = Warehouse::new();
+    let repartitioned = json(&python_script(
+        "pyiceberg_client.py",
+        &[
+            "create-repartitioned",
+            &warehouse.connection(),
+            "payments.transactions",
+            "3",
+            "2",
+        ],
+    ));
+    assert_eq!(
+        (&repartitioned["spec_id"], &repartitioned["spec"]),
+        (&serde_json::json!(1), &serde_json::json!([])),
+        "{repartitioned}"
+    );
+    let ctx = warehouse.session().await;
+    let upload = create_upload(&ctx, "payments.transactions").await;
+    run(
+        &ctx,
+        &format!(
+            "INSERT INTO {} VALUES ('t9', 'acct_9', 900, 'usd', TIMESTAMP '2026-07-02 00:00:00Z')",
+            upload.staging_table
+        ),
+    )
+    .await
+    .unwrap();
+    let promoted = run(&ctx, &format!("PROMOTE UPLOAD '{}'", upload.id))
+        .await
+        .unwrap();
+    assert_eq!(crate::common::value(&promoted, "rows"), "1");
+    let read = json(&python_script(
+        "pyiceberg_client.py",
+        &[
+            "read-table",
+            &warehouse.connection(),
+            "payments.transactions",
+        ],
+    ));
+    assert_eq!(read["rows"], 4, "{read}");
+}
+
 /// Opens an upload for a new table `s.t (id INT NOT NULL, amount INT NOT NULL)`
 /// holding one row, lets PyIceberg run `command` on the staging
 /// table's `amount` column, and returns the upload id and the error of its

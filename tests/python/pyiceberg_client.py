@@ -9,6 +9,9 @@ JSON for the Rust test to check.
     pyiceberg_client.py read-table CONNECTION TABLE   (a download: row count, columns, rows)
     pyiceberg_client.py create   CONNECTION TABLE ROWS (the table, its namespace and ROWS
                                  transactions, written by PyIceberg first)
+    pyiceberg_client.py create-repartitioned CONNECTION TABLE ROWS VERSION (as `create`,
+                                 a format VERSION table partitioned by account_id
+                                 whose partition field is removed after the rows)
     pyiceberg_client.py field-ids CONNECTION TABLE
     pyiceberg_client.py evolve   CONNECTION TABLE     (add 'note', drop 'currency')
     pyiceberg_client.py retype   CONNECTION TABLE COLUMN
@@ -39,7 +42,10 @@ from pyiceberg.io.pyarrow import (
     parquet_path_to_id_mapping,
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.types import LongType, StringType
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
 
 def catalog(connection: str):
@@ -88,6 +94,33 @@ def create(connection: str, table: str, rows: int) -> None:
     t = c.create_table(table, schema=schema)
     t.append(pa.Table.from_pylist(transactions(rows, schema.names), schema=schema))
     print(json.dumps({"created": table, "rows": rows}))
+
+
+def create_repartitioned(connection: str, table: str, rows: int, version: str) -> None:
+    """Once its partition field is removed, a v2 table's default spec is a
+    new one without fields; a v1 table's keeps the field as a `void` one
+    under its old name (here its column's), as Java's library does."""
+    c = catalog(connection)
+    c.create_namespace_if_not_exists(table.rsplit(".", 1)[0])
+    schema = Schema(
+        NestedField(1, "transaction_id", StringType(), required=True),
+        NestedField(2, "account_id", StringType(), required=True),
+        NestedField(3, "amount_cents", LongType(), required=True),
+        NestedField(4, "currency", StringType(), required=True),
+        NestedField(5, "created_at", TimestamptzType(), required=True),
+    )
+    by_account = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "account_id"))
+    t = c.create_table(
+        table, schema=schema, partition_spec=by_account, properties={"format-version": version}
+    )
+    arrow = t.schema().as_arrow()
+    t.append(pa.Table.from_pylist(transactions(rows, arrow.names), schema=arrow))
+    with t.update_spec() as update:
+        update.remove_field("account_id")
+    print(json.dumps({
+        "spec_id": t.spec().spec_id,
+        "spec": [[f.name, str(f.transform)] for f in t.spec().fields],
+    }))
 
 
 def read(connection: str, table: str, upload_id: str) -> None:
@@ -277,6 +310,7 @@ if __name__ == "__main__":
         "read-table": read_table,
         "tagged": tagged,
         "create": lambda c, t, n: create(c, t, int(n)),
+        "create-repartitioned": lambda c, t, n, v: create_repartitioned(c, t, int(n), v),
         "field-ids": field_ids,
         "evolve": evolve,
         "retype": retype,

@@ -348,7 +348,14 @@ pub(crate) async fn write_rows_sized(
     let builder = DataFileWriterBuilder::new(files);
     let spec = metadata.default_partition_spec();
     if spec.is_unpartitioned() {
-        let mut writer = builder.build(None).await?;
+        // Named by the table's spec, which may have fields that are all
+        // `void` (a v1 table's removed ones), each value null.
+        let key = iceberg::spec::PartitionKey::new(
+            spec.as_ref().clone(),
+            Arc::clone(schema),
+            spec.fields().iter().map(|_| None).collect(),
+        );
+        let mut writer = builder.build(Some(key)).await?;
         while let Some(batch) = rows.try_next().await? {
             writer.write(conform(&batch, &arrow, &name)?).await?;
         }
