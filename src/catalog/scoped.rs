@@ -221,6 +221,7 @@ impl Catalog for ScopedCatalog {
             check(loaded.clone()).await?;
         }
         if let Some((_, checked)) = &self.exact {
+            super::specs::check_committable(&loaded)?;
             *checked.lock().expect("checked table") = Some(loaded.clone());
         }
         match &self.evolve {

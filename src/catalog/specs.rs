@@ -49,6 +49,33 @@ pub(crate) fn apply(
         .or_else(|_| leniently(base, location, updates))
 }
 
+/// Fails, saying what to do, when `table`'s default partition spec is one
+/// that iceberg's builder cannot bind (see the module documentation): the
+/// transactions icestage's own commits run (INSERT, PROMOTE, COPY INTO,
+/// maintenance) rebuild the metadata with that builder, which would refuse
+/// them without saying why.
+pub(crate) fn check_committable(table: &iceberg::table::Table) -> Result<()> {
+    let metadata = table.metadata();
+    let spec = metadata.default_partition_spec();
+    if binds(spec, metadata) {
+        return Ok(());
+    }
+    let fields: Vec<String> = spec
+        .fields()
+        .iter()
+        .map(|f| format!("{} ({})", f.name, f.transform))
+        .collect();
+    Err(Error::new(
+        ErrorKind::FeatureUnsupported,
+        format!(
+            "{}: its partition spec {} ({}) has a void field named like a column or two time              transforms of one column, which format v1's partition evolution leaves and              icestage's own commits cannot write yet (Iceberg clients of the REST catalog can);              rename the void field (PyIceberg: update_spec().rename_field(old, new)) or remove              one of the time fields, then run this again",
+            table.identifier(),
+            spec.spec_id(),
+            fields.join(", ")
+        ),
+    ))
+}
+
 /// `updates` applied to `base` by iceberg's builder alone.
 fn through_builder(
     base: TableMetadata,

@@ -138,6 +138,55 @@ async fn a_table_whose_partition_field_was_removed_takes_uploads() {
     assert_eq!(read["rows"], 4, "{read}");
 }
 
+/// A format v1 table keeps a removed partition field as a `void` field
+/// under its old name, its column's here, which the transactions of
+/// icestage's own commits cannot rebuild: an INSERT is refused saying what
+/// to do (rename the field), nothing changes, and once the field is renamed
+/// it lands, as a file of the renamed spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_void_field_named_like_its_column_is_refused_with_what_to_do() {
+    let warehouse = Warehouse::new();
+    let connection = warehouse.connection();
+    let repartitioned = json(&python_script(
+        "pyiceberg_client.py",
+        &[
+            "create-repartitioned",
+            &connection,
+            "payments.transactions",
+            "3",
+            "1",
+        ],
+    ));
+    assert_eq!(
+        repartitioned["spec"],
+        serde_json::json!([["account_id", "void"]]),
+        "{repartitioned}"
+    );
+    let ctx = warehouse.session().await;
+    let insert = "INSERT INTO payments.transactions VALUES \
+                  ('t9', 'acct_9', 900, 'usd', TIMESTAMP '2026-07-02 00:00:00Z')";
+    let refused = run(&ctx, insert).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("payments.transactions: its partition spec 1 (account_id (void))")
+            && refused.contains("rename_field"),
+        "{refused}"
+    );
+    let count = "SELECT count(*) FROM payments.transactions";
+    assert_eq!(scalar(&ctx, count).await, "3");
+    python_script(
+        "pyiceberg_client.py",
+        &[
+            "rename-partition-field",
+            &connection,
+            "payments.transactions",
+            "account_id",
+            "account_id_1000",
+        ],
+    );
+    run(&ctx, insert).await.unwrap();
+    assert_eq!(scalar(&ctx, count).await, "4");
+}
+
 /// Opens an upload for a new table `s.t (id INT NOT NULL, amount INT NOT NULL)`
 /// holding one row, lets PyIceberg run `command` on the staging
 /// table's `amount` column, and returns the upload id and the error of its

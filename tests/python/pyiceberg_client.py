@@ -12,6 +12,7 @@ JSON for the Rust test to check.
     pyiceberg_client.py create-repartitioned CONNECTION TABLE ROWS VERSION (as `create`,
                                  a format VERSION table partitioned by account_id
                                  whose partition field is removed after the rows)
+    pyiceberg_client.py rename-partition-field CONNECTION TABLE NAME NEW_NAME
     pyiceberg_client.py field-ids CONNECTION TABLE
     pyiceberg_client.py evolve   CONNECTION TABLE     (add 'note', drop 'currency')
     pyiceberg_client.py retype   CONNECTION TABLE COLUMN
@@ -121,6 +122,13 @@ def create_repartitioned(connection: str, table: str, rows: int, version: str) -
         "spec_id": t.spec().spec_id,
         "spec": [[f.name, str(f.transform)] for f in t.spec().fields],
     }))
+
+
+def rename_partition_field(connection: str, table: str, name: str, new_name: str) -> None:
+    t = catalog(connection).load_table(table)
+    with t.update_spec() as update:
+        update.rename_field(name, new_name)
+    print(json.dumps({"spec": [[f.name, str(f.transform)] for f in t.spec().fields]}))
 
 
 def read(connection: str, table: str, upload_id: str) -> None:
@@ -311,6 +319,7 @@ if __name__ == "__main__":
         "tagged": tagged,
         "create": lambda c, t, n: create(c, t, int(n)),
         "create-repartitioned": lambda c, t, n, v: create_repartitioned(c, t, int(n), v),
+        "rename-partition-field": rename_partition_field,
         "field-ids": field_ids,
         "evolve": evolve,
         "retype": retype,
