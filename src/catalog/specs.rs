@@ -37,10 +37,15 @@ pub(crate) fn apply(
     location: &str,
     updates: Vec<TableUpdate>,
 ) -> Result<TableMetadata> {
-    let adds_spec = updates
+    // The builder's `build` would refuse this default spec, whatever the
+    // updates.
+    if !binds(base.default_partition_spec(), base) {
+        return leniently(base, location, updates);
+    }
+    if !updates
         .iter()
-        .any(|u| matches!(u, TableUpdate::AddSpec { .. }));
-    if !adds_spec && binds(base.default_partition_spec(), base) {
+        .any(|u| matches!(u, TableUpdate::AddSpec { .. }))
+    {
         return through_builder(base.clone(), location, updates);
     }
     // Refused for anything but a spec, the lenient path's builder refuses

@@ -90,6 +90,25 @@ async fn pyiceberg_appends_to_staging_and_reads_the_promoted_rows() {
     assert_eq!(count, "25");
 }
 
+/// One more transaction, as the values of an INSERT.
+const T9: &str = "('t9', 'acct_9', 900, 'usd', TIMESTAMP '2026-07-02 00:00:00Z')";
+
+/// `payments.transactions` in `warehouse`, created by PyIceberg as a format
+/// `version` table partitioned by `account_id`, holding three rows, then
+/// with its partition field removed; PyIceberg's answer (its spec).
+fn repartitioned(warehouse: &Warehouse, version: &str) -> serde_json::Value {
+    json(&python_script(
+        "pyiceberg_client.py",
+        &[
+            "create-repartitioned",
+            &warehouse.connection(),
+            "payments.transactions",
+            "3",
+            version,
+        ],
+    ))
+}
+
 /// A table whose partition field was removed (by PyIceberg) has a new
 /// default spec without fields, spec 1 here: rows icestage writes into it
 /// (an INSERT into the staging table, then the promotion) are files of that
@@ -97,16 +116,7 @@ async fn pyiceberg_appends_to_staging_and_reads_the_promoted_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_whose_partition_field_was_removed_takes_uploads() {
     let warehouse = Warehouse::new();
-    let repartitioned = json(&python_script(
-        "pyiceberg_client.py",
-        &[
-            "create-repartitioned",
-            &warehouse.connection(),
-            "payments.transactions",
-            "3",
-            "2",
-        ],
-    ));
+    let repartitioned = repartitioned(&warehouse, "2");
     assert_eq!(
         (&repartitioned["spec_id"], &repartitioned["spec"]),
         (&serde_json::json!(1), &serde_json::json!([])),
@@ -116,10 +126,7 @@ async fn a_table_whose_partition_field_was_removed_takes_uploads() {
     let upload = create_upload(&ctx, "payments.transactions").await;
     run(
         &ctx,
-        &format!(
-            "INSERT INTO {} VALUES ('t9', 'acct_9', 900, 'usd', TIMESTAMP '2026-07-02 00:00:00Z')",
-            upload.staging_table
-        ),
+        &format!("INSERT INTO {} VALUES {T9}", upload.staging_table),
     )
     .await
     .unwrap();
@@ -146,26 +153,15 @@ async fn a_table_whose_partition_field_was_removed_takes_uploads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_v1_void_field_named_like_its_column_is_refused_with_what_to_do() {
     let warehouse = Warehouse::new();
-    let connection = warehouse.connection();
-    let repartitioned = json(&python_script(
-        "pyiceberg_client.py",
-        &[
-            "create-repartitioned",
-            &connection,
-            "payments.transactions",
-            "3",
-            "1",
-        ],
-    ));
+    let repartitioned = repartitioned(&warehouse, "1");
     assert_eq!(
         repartitioned["spec"],
         serde_json::json!([["account_id", "void"]]),
         "{repartitioned}"
     );
     let ctx = warehouse.session().await;
-    let insert = "INSERT INTO payments.transactions VALUES \
-                  ('t9', 'acct_9', 900, 'usd', TIMESTAMP '2026-07-02 00:00:00Z')";
-    let refused = run(&ctx, insert).await.unwrap_err().to_string();
+    let insert = format!("INSERT INTO payments.transactions VALUES {T9}");
+    let refused = run(&ctx, &insert).await.unwrap_err().to_string();
     assert!(
         refused.contains("payments.transactions: its partition spec 1 (account_id (void))")
             && refused.contains("rename_field"),
@@ -177,13 +173,13 @@ async fn a_v1_void_field_named_like_its_column_is_refused_with_what_to_do() {
         "pyiceberg_client.py",
         &[
             "rename-partition-field",
-            &connection,
+            &warehouse.connection(),
             "payments.transactions",
             "account_id",
             "account_id_1000",
         ],
     );
-    run(&ctx, insert).await.unwrap();
+    run(&ctx, &insert).await.unwrap();
     assert_eq!(scalar(&ctx, count).await, "4");
 }
 

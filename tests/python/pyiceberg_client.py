@@ -118,17 +118,19 @@ def create_repartitioned(connection: str, table: str, rows: int, version: str) -
     t.append(pa.Table.from_pylist(transactions(rows, arrow.names), schema=arrow))
     with t.update_spec() as update:
         update.remove_field("account_id")
-    print(json.dumps({
-        "spec_id": t.spec().spec_id,
-        "spec": [[f.name, str(f.transform)] for f in t.spec().fields],
-    }))
+    print(json.dumps({"spec_id": t.spec().spec_id, "spec": spec_fields(t)}))
 
 
 def rename_partition_field(connection: str, table: str, name: str, new_name: str) -> None:
     t = catalog(connection).load_table(table)
     with t.update_spec() as update:
         update.rename_field(name, new_name)
-    print(json.dumps({"spec": [[f.name, str(f.transform)] for f in t.spec().fields]}))
+    print(json.dumps({"spec": spec_fields(t)}))
+
+
+def spec_fields(t) -> list[list[str]]:
+    """The name and transform of each field of `t`'s current spec."""
+    return [[f.name, str(f.transform)] for f in t.spec().fields]
 
 
 def read(connection: str, table: str, upload_id: str) -> None:
