@@ -139,9 +139,14 @@ curl -fsS -o /dev/null -X POST http://127.0.0.1:8181/v1/namespaces \
 echo "==> PyIceberg $version's integration suite against icestage serve"
 plugins="$PWD/tests/conformance"
 status=0
+# test_catalog.py runs its cases on a second REST fixture too
+# (`rest_test_catalog`), the catalog PYICEBERG_TEST_CATALOG names in
+# PyIceberg's configuration; here it is serve again, through the proxy.
 (cd "$suite" &&
     PYTHONPATH="$plugins" \
     AWS_REGION=us-east-1 \
+    PYICEBERG_TEST_CATALOG=icestage \
+    PYICEBERG_CATALOG__ICESTAGE__URI=http://localhost:8181 \
     "$venv/bin/python" -m pytest tests/integration -p serve_plugin -q -rs \
         "$@") || status=$?
 exit "$status"
