@@ -124,7 +124,9 @@ until grep -q "listening on" "$work/serve.log"; do
     sleep 0.2
 done
 serve_url=$(sed -n 's/^icestage serve: listening on //p' "$work/serve.log")
-"$venv/bin/python" tests/conformance/proxy.py 8181 "$serve_url/iceberg" "$token" > "$work/proxy.log" 2>&1 &
+# The port the suite's REST fixtures name.
+catalog_port=8181
+"$venv/bin/python" tests/conformance/proxy.py "$catalog_port" "$serve_url/iceberg" "$token" > "$work/proxy.log" 2>&1 &
 proxy_pid=$!
 until grep -q "proxy ready" "$work/proxy.log"; do
     kill -0 "$proxy_pid" 2>/dev/null || { cat "$work/proxy.log" >&2; exit 1; }
@@ -133,7 +135,7 @@ done
 
 # What upstream's Spark provisioning leaves that every test expects: the
 # namespace `default`.
-curl -fsS -o /dev/null -X POST http://127.0.0.1:8181/v1/namespaces \
+curl -fsS -o /dev/null -X POST http://127.0.0.1:$catalog_port/v1/namespaces \
     -H 'content-type: application/json' -d '{"namespace": ["default"]}'
 
 echo "==> PyIceberg $version's integration suite against icestage serve"
@@ -146,7 +148,7 @@ status=0
     PYTHONPATH="$plugins" \
     AWS_REGION=us-east-1 \
     PYICEBERG_TEST_CATALOG=icestage \
-    PYICEBERG_CATALOG__ICESTAGE__URI=http://localhost:8181 \
+    PYICEBERG_CATALOG__ICESTAGE__URI=http://localhost:$catalog_port \
     "$venv/bin/python" -m pytest tests/integration -p serve_plugin -q -rs \
         "$@") || status=$?
 exit "$status"
