@@ -175,12 +175,11 @@ impl IcebergCatalog {
         }
         let settings = database::PoolSettings::from_config(&config.name, &config.config)?;
         let engine = database::Engine::of(&uri);
-        let database = database::Database::open(&config.name, &uri, &settings).await?;
         let aws = AwsSettings::from_config(&config.config)?;
         let mut props: HashMap<String, String> = settings.catalog_properties().into();
         props.insert(PROP_URI.to_string(), uri.clone());
         props.insert(PROP_WAREHOUSE.to_string(), warehouse.clone());
-        if warehouse.starts_with("s3://") || warehouse.starts_with("s3a://") {
+        if on_s3(&warehouse) {
             props.extend(aws.file_io_properties());
         }
         // SQLite takes `?` placeholders; the SQL catalog's default, `$1`, is
@@ -193,6 +192,10 @@ impl IcebergCatalog {
         let io = iceberg::io::FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
             .with_props(props.clone())
             .build();
+        if !on_s3(&warehouse) {
+            warm_storage(&io, &warehouse);
+        }
+        let database = database::Database::open(&config.name, &uri, &settings).await?;
         let catalog = SqlCatalogBuilder::default()
             .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
             .load(&config.name, props)
@@ -619,9 +622,7 @@ impl IcebergCatalog {
     /// deletes a table's storage with the table.
     pub(crate) fn zero_copy_safe(&self) -> bool {
         match &self.kind {
-            CatalogKind::Sql { warehouse, .. } => {
-                !(warehouse.starts_with("s3://") || warehouse.starts_with("s3a://"))
-            }
+            CatalogKind::Sql { warehouse, .. } => !on_s3(warehouse),
             CatalogKind::S3Tables { .. } | CatalogKind::Rest { .. } => false,
         }
     }
@@ -959,6 +960,25 @@ pub(crate) async fn test_table(dir: &std::path::Path) -> (IcebergCatalog, Table)
         .await
         .unwrap();
     (catalog, table)
+}
+
+/// Whether a SQL catalog's `warehouse` is on S3 (else a local folder).
+fn on_s3(warehouse: &str) -> bool {
+    warehouse.starts_with("s3://") || warehouse.starts_with("s3a://")
+}
+
+/// Starts the storage layer of a local warehouse on a worker while the
+/// catalog's database opens. The first storage operation of a process
+/// builds opendal's shared HTTP client, a local folder's operator too, and
+/// that reads the system's CA certificates (about 5 ms on the development
+/// machine): on the path of a one-statement process's first read unless it
+/// happens here, beside the database's own start. A stat of the warehouse
+/// folder, whose answer is not needed.
+fn warm_storage(io: &iceberg::io::FileIO, warehouse: &str) {
+    let (io, warehouse) = (io.clone(), warehouse.to_string());
+    tokio::spawn(async move {
+        let _ = io.exists(&warehouse).await;
+    });
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! writes that): the SQL catalog places a staging table by rule under the
 //! warehouse, and S3 Tables reports the storage it assigned.
 
+use futures::{StreamExt, TryStreamExt};
+
 use super::Staging;
 use crate::catalog::confine::{canonical, is_under, metadata_paths, through_link};
 use crate::error::Result;
@@ -18,6 +20,9 @@ use crate::error::Result;
 pub(crate) async fn assigned_location(staging: &Staging) -> Result<String> {
     staging.catalog.placed_or_reported(&staging.table).await
 }
+
+/// Manifests read at once when a staging table's are checked.
+const MANIFESTS_AT_ONCE: usize = 8;
 
 /// The current snapshot's manifests, each loaded (those under the location).
 pub(crate) type Loaded = Vec<(iceberg::spec::ManifestFile, iceberg::spec::Manifest)>;
@@ -47,12 +52,22 @@ pub(crate) async fn confinement(
         && let Some(current) = table.metadata().current_snapshot()
     {
         let list = crate::catalog::manifests::load_list(table, current, location).await?;
-        for manifest in list.entries() {
-            if !is_under(&manifest.manifest_path, location) {
-                outside.push(manifest.manifest_path.clone());
-                continue;
-            }
-            let loaded = crate::catalog::manifests::load(table, manifest, location).await?;
+        let (inside, elsewhere): (Vec<_>, Vec<_>) = list
+            .entries()
+            .iter()
+            .partition(|m| is_under(&m.manifest_path, location));
+        outside.extend(elsewhere.into_iter().map(|m| m.manifest_path.clone()));
+        // A few at once: an upload written in many appends has a manifest
+        // per append, and each read waits on storage.
+        let loaded: Vec<_> = futures::stream::iter(inside.into_iter().cloned())
+            .map(|manifest| async move {
+                let loaded = crate::catalog::manifests::load(table, &manifest, location).await?;
+                Ok::<_, crate::error::Error>((manifest, loaded))
+            })
+            .buffered(MANIFESTS_AT_ONCE)
+            .try_collect()
+            .await?;
+        for (manifest, loaded) in loaded {
             // A link below the location (a local warehouse) names whatever
             // it points at: outside, whatever its text says.
             outside.extend(
@@ -62,7 +77,7 @@ pub(crate) async fn confinement(
                     .map(|e| e.data_file().file_path().to_string())
                     .filter(|p| !is_under(p, location) || through_link(p, location)),
             );
-            loaded_manifests.push((manifest.clone(), loaded));
+            loaded_manifests.push((manifest, loaded));
         }
     }
     outside.sort();

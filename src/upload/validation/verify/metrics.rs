@@ -2,7 +2,7 @@
 //! lower and upper bounds): what the target's manifest will carry.
 
 use datafusion::arrow::array::ArrayRef;
-use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::array::{Array, ArrowPrimitiveType, AsArray, PrimitiveArray};
 use datafusion::arrow::compute::{self};
 use datafusion::arrow::datatypes::{
     Date32Type, Float32Type, Float64Type, Int32Type, Int64Type, TimestampMicrosecondType,
@@ -98,12 +98,12 @@ fn bounds(array: &ArrayRef, kind: &Type) -> Option<(Datum, Datum)> {
             ))
         }
         PrimitiveType::Int => {
-            let a = array.as_primitive_opt::<Int32Type>()?;
-            Some((Datum::int(compute::min(a)?), Datum::int(compute::max(a)?)))
+            let (low, high) = min_max(array.as_primitive_opt::<Int32Type>()?)?;
+            Some((Datum::int(low), Datum::int(high)))
         }
         PrimitiveType::Long => {
-            let a = array.as_primitive_opt::<Int64Type>()?;
-            Some((Datum::long(compute::min(a)?), Datum::long(compute::max(a)?)))
+            let (low, high) = min_max(array.as_primitive_opt::<Int64Type>()?)?;
+            Some((Datum::long(low), Datum::long(high)))
         }
         PrimitiveType::Float => {
             let a = array.as_primitive_opt::<Float32Type>()?;
@@ -116,12 +116,11 @@ fn bounds(array: &ArrayRef, kind: &Type) -> Option<(Datum, Datum)> {
             (!low.is_nan() && !high.is_nan()).then(|| (Datum::double(low), Datum::double(high)))
         }
         PrimitiveType::Date => {
-            let a = array.as_primitive_opt::<Date32Type>()?;
-            Some((Datum::date(compute::min(a)?), Datum::date(compute::max(a)?)))
+            let (low, high) = min_max(array.as_primitive_opt::<Date32Type>()?)?;
+            Some((Datum::date(low), Datum::date(high)))
         }
         PrimitiveType::Timestamp | PrimitiveType::Timestamptz => {
-            let a = array.as_primitive_opt::<TimestampMicrosecondType>()?;
-            let (low, high) = (compute::min(a)?, compute::max(a)?);
+            let (low, high) = min_max(array.as_primitive_opt::<TimestampMicrosecondType>()?)?;
             Some(if *primitive == PrimitiveType::Timestamp {
                 (Datum::timestamp_micros(low), Datum::timestamp_micros(high))
             } else {
@@ -144,6 +143,25 @@ fn bounds(array: &ArrayRef, kind: &Type) -> Option<(Datum, Datum)> {
         }
         _ => None,
     }
+}
+
+/// The least and greatest non-null value of `array`, both in one pass over
+/// the values when none is NULL (Arrow's `min` and `max` take a pass each).
+fn min_max<T>(array: &PrimitiveArray<T>) -> Option<(T::Native, T::Native)>
+where
+    T: ArrowPrimitiveType,
+    T::Native: Ord,
+{
+    if array.null_count() > 0 {
+        return Some((compute::min(array)?, compute::max(array)?));
+    }
+    let values = array.values();
+    let first = *values.first()?;
+    Some(
+        values
+            .iter()
+            .fold((first, first), |(low, high), v| (low.min(*v), high.max(*v))),
+    )
 }
 
 /// The first eight bytes of `value`, zero-padded, as a number that orders
@@ -345,6 +363,23 @@ mod tests {
             let array = StringViewArray::from(case.clone());
             let expected = compute::min_string_view(&array).zip(compute::max_string_view(&array));
             assert_eq!(string_view_bounds(&array), expected, "{case:?}");
+        }
+    }
+
+    #[test]
+    fn min_max_is_arrow_s_min_and_max() {
+        use datafusion::arrow::array::Int64Array;
+        let cases: Vec<Vec<Option<i64>>> = vec![
+            vec![Some(3), Some(-7), Some(i64::MAX), Some(0)],
+            vec![Some(5), None, Some(-1), None],
+            vec![Some(i64::MIN)],
+            vec![None, None],
+            vec![],
+        ];
+        for case in cases {
+            let array = Int64Array::from(case.clone());
+            let expected = compute::min(&array).zip(compute::max(&array));
+            assert_eq!(min_max(&array), expected, "{case:?}");
         }
     }
 

@@ -21,11 +21,13 @@
 //! streams batch by batch, so memory is bounded by the chunks in flight.
 //!
 //! One file per step: [`footer`] (reading and checking a footer), [`plan`]
-//! (what to prove), [`read`] (a chunk of row groups), [`metrics`] (bounds and
-//! counts), [`nested`] (required-ness below the top level). This file runs
-//! them over every file and turns what was read into the target's data files.
+//! (what to prove), [`read`] (a chunk of row groups; [`local`] reads those
+//! of a local warehouse), [`metrics`] (bounds and counts), [`nested`]
+//! (required-ness below the top level). This file runs them over every file
+//! and turns what was read into the target's data files.
 
 mod footer;
+mod local;
 mod metrics;
 mod nested;
 mod plan;

@@ -13,8 +13,10 @@ use iceberg::io::FileIO;
 use iceberg::spec::{Struct, Type};
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use parquet::arrow::async_reader::AsyncFileReader;
 
 use super::footer::unreadable;
+use super::local::LocalFile;
 use super::metrics::ColumnMetrics;
 use super::nested::{count_nulls, required_below, valid_rows};
 use super::plan::{Check, Plan};
@@ -187,21 +189,27 @@ pub(crate) async fn read_chunk(
     first_row: i64,
     plan: Arc<Plan>,
 ) -> Result<Read> {
-    let input = io.new_input(&path)?;
-    let meta = input.metadata().await?;
+    let (size, file): (u64, Box<dyn AsyncFileReader>) = match LocalFile::open(&path) {
+        Some(local) => {
+            let local = local.map_err(|e| unreadable(&path, e))?;
+            (local.size(), Box::new(local))
+        }
+        None => {
+            let input = io.new_input(&path)?;
+            let meta = input.metadata().await?;
+            let size = meta.size;
+            (
+                size,
+                Box::new(ArrowFileReader::new(meta, input.reader().await?)),
+            )
+        }
+    };
     // Only the chunks of the groups read: a footer of many row groups
     // costs each read its own groups, not all of them.
     let row_groups = footer.metadata().row_groups();
-    let chunks = Chunks::of(
-        groups.iter().filter_map(|g| row_groups.get(*g)),
-        Some(meta.size),
-    )
-    .map_err(|e| unreadable(&path, e))?;
-    let reader = PageGuard::new(
-        ArrowFileReader::new(meta, input.reader().await?),
-        &path,
-        chunks,
-    );
+    let chunks = Chunks::of(groups.iter().filter_map(|g| row_groups.get(*g)), Some(size))
+        .map_err(|e| unreadable(&path, e))?;
+    let reader = PageGuard::new(file, &path, chunks);
     let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, footer)
         .with_row_groups(groups)
         .with_batch_size(BATCH_ROWS)
