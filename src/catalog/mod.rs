@@ -192,7 +192,7 @@ impl IcebergCatalog {
         let io = iceberg::io::FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
             .with_props(props.clone())
             .build();
-        if !on_s3(&warehouse) {
+        if confine::local(&warehouse).is_some() {
             warm_storage(&io, &warehouse);
         }
         let database = database::Database::open(&config.name, &uri, &settings).await?;
@@ -970,7 +970,7 @@ fn on_s3(warehouse: &str) -> bool {
 /// Starts the storage layer of a local warehouse on a worker while the
 /// catalog's database opens. The first storage operation of a process
 /// builds opendal's shared HTTP client, a local folder's operator too, and
-/// that reads the system's CA certificates (about 5 ms on the development
+/// that reads the system's CA certificates (about 6 ms on the development
 /// machine): on the path of a one-statement process's first read unless it
 /// happens here, beside the database's own start. A stat of the warehouse
 /// folder, whose answer is not needed.

@@ -6,8 +6,6 @@
 //! writes that): the SQL catalog places a staging table by rule under the
 //! warehouse, and S3 Tables reports the storage it assigned.
 
-use futures::{StreamExt, TryStreamExt};
-
 use super::Staging;
 use crate::catalog::confine::{canonical, is_under, metadata_paths, through_link};
 use crate::error::Result;
@@ -20,9 +18,6 @@ use crate::error::Result;
 pub(crate) async fn assigned_location(staging: &Staging) -> Result<String> {
     staging.catalog.placed_or_reported(&staging.table).await
 }
-
-/// Manifests read at once when a staging table's are checked.
-const MANIFESTS_AT_ONCE: usize = 8;
 
 /// The current snapshot's manifests, each loaded (those under the location).
 pub(crate) type Loaded = Vec<(iceberg::spec::ManifestFile, iceberg::spec::Manifest)>;
@@ -57,17 +52,9 @@ pub(crate) async fn confinement(
             .iter()
             .partition(|m| is_under(&m.manifest_path, location));
         outside.extend(elsewhere.into_iter().map(|m| m.manifest_path.clone()));
-        // A few at once: an upload written in many appends has a manifest
-        // per append, and each read waits on storage.
-        let loaded: Vec<_> = futures::stream::iter(inside.into_iter().cloned())
-            .map(|manifest| async move {
-                let loaded = crate::catalog::manifests::load(table, &manifest, location).await?;
-                Ok::<_, crate::error::Error>((manifest, loaded))
-            })
-            .buffered(MANIFESTS_AT_ONCE)
-            .try_collect()
-            .await?;
-        for (manifest, loaded) in loaded {
+        for (manifest, loaded) in
+            crate::catalog::manifests::load_each(table, inside, location).await?
+        {
             // A link below the location (a local warehouse) names whatever
             // it points at: outside, whatever its text says.
             outside.extend(

@@ -24,7 +24,7 @@ pub(crate) mod lookup;
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::TableUpdate;
 use iceberg::spec::{
     FormatVersion, Manifest, ManifestFile, ManifestList, ManifestListWriter, Snapshot,
@@ -35,7 +35,7 @@ use crate::catalog::confine::read_confined;
 use crate::error::{Error, Result};
 use crate::limits;
 
-/// Metadata files a clean-up reads or deletes at once: each read is
+/// Metadata files read (or, by a clean-up, deleted) at once: each read is
 /// bounded ([`limits`]), so this bounds the memory they take together.
 const READS_AT_ONCE: usize = 8;
 
@@ -254,6 +254,28 @@ pub(crate) async fn load(table: &Table, file: &ManifestFile, location: &str) -> 
     parse_with_table(&bytes, path, table).map(|manifest| inherit(manifest, file))
 }
 
+/// Each of the manifests `files` of `table`, read with [`load`], in order,
+/// [`READS_AT_ONCE`] at a time: a table written in many appends has a
+/// manifest per append, and each read waits on storage. The first error
+/// in order is the answer.
+pub(crate) async fn load_each<'a>(
+    table: &Table,
+    files: impl IntoIterator<Item = &'a ManifestFile>,
+    location: &str,
+) -> Result<Vec<(ManifestFile, Manifest)>> {
+    // (Owned items: a closure over borrowed ones would not be `Send` for
+    // every caller's future.)
+    let files: Vec<ManifestFile> = files.into_iter().cloned().collect();
+    futures::stream::iter(files)
+        .map(|file| async move {
+            let manifest = load(table, &file, location).await?;
+            Ok::<_, Error>((file, manifest))
+        })
+        .buffered(READS_AT_ONCE)
+        .try_collect()
+        .await
+}
+
 /// The data and delete files the manifests `files` of `table` list, each
 /// read with [`load`]: of live entries only with `live_only`, of every
 /// entry otherwise.
@@ -264,8 +286,7 @@ pub(crate) async fn listed_files<'a>(
     live_only: bool,
 ) -> Result<std::collections::HashSet<String>> {
     let mut paths = std::collections::HashSet::new();
-    for file in files {
-        let manifest = load(table, file, location).await?;
+    for (_, manifest) in load_each(table, files, location).await? {
         paths.extend(
             manifest
                 .entries()

@@ -33,10 +33,7 @@ impl LocalFile {
     /// system (an absolute path, or a `file:` URL); `None` for any other
     /// storage.
     pub(crate) fn open(path: &str) -> Option<std::io::Result<Self>> {
-        let local = path.strip_prefix("file://").unwrap_or(path);
-        if !local.starts_with('/') {
-            return None;
-        }
+        let local = crate::catalog::confine::local(path).filter(|p| p.starts_with('/'))?;
         // Never through a link: confinement refused the staged files that
         // are links, and one made since is refused here.
         let opened = std::fs::OpenOptions::new()
