@@ -13,6 +13,7 @@ mod functions;
 pub mod fuzz;
 mod ingest;
 pub mod limits;
+pub mod memory;
 mod metrics;
 mod operations;
 mod pipe;

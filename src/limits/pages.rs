@@ -24,7 +24,7 @@ use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::basic::Compression;
 use parquet::errors::{ParquetError, Result as ParquetResult};
-use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
+use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData, RowGroupMetaData};
 
 /// Nesting of Thrift structs and lists a page header may have (real ones
 /// have three: header, page header, statistics).
@@ -50,15 +50,7 @@ impl Chunks {
         for group in groups {
             for column in group.columns() {
                 let name = column.column_path().string();
-                let start = column
-                    .dictionary_page_offset()
-                    .unwrap_or_else(|| column.data_page_offset());
-                let length = column.compressed_size();
-                let (Ok(start), Ok(length)) = (u64::try_from(start), u64::try_from(length)) else {
-                    return Err(format!(
-                        "its footer places column '{name}' at a negative offset or length"
-                    ));
-                };
+                let (start, length) = range(column)?;
                 let end = start.checked_add(length);
                 if end.is_none() || size.is_some_and(|size| end > Some(size)) {
                     return Err(format!(
@@ -100,6 +92,24 @@ impl Chunks {
             }
             None => Ok(()),
         }
+    }
+}
+
+/// Where `column`'s chunk lies in its file: (start, length), as the
+/// `parquet` crate reads it.
+pub(crate) fn range(column: &ColumnChunkMetaData) -> Result<(u64, u64), String> {
+    let start = column
+        .dictionary_page_offset()
+        .unwrap_or_else(|| column.data_page_offset());
+    match (
+        u64::try_from(start),
+        u64::try_from(column.compressed_size()),
+    ) {
+        (Ok(start), Ok(length)) => Ok((start, length)),
+        _ => Err(format!(
+            "its footer places column '{}' at a negative offset or length",
+            column.column_path().string()
+        )),
     }
 }
 
@@ -280,18 +290,53 @@ fn name(codec: Compression) -> &'static str {
     }
 }
 
-/// The fields of a Thrift `PageHeader` the walk needs.
+/// A Thrift `PageHeader`: what the walk checks, and what a page reader
+/// needs to hand the page to a decoder (see [`PageHeader::read_at`]).
 #[derive(Debug, Default)]
-struct PageHeader {
-    uncompressed: usize,
-    compressed: usize,
+pub(crate) struct PageHeader {
+    /// Parquet's page type: [`DATA_PAGE`], [`INDEX_PAGE`],
+    /// [`DICTIONARY_PAGE`] or [`DATA_PAGE_V2`] (others are refused by the
+    /// reader, not the walk).
+    pub(crate) kind: i32,
+    pub(crate) uncompressed: usize,
+    pub(crate) compressed: usize,
     /// A v2 data page's level bytes, stored uncompressed before its data.
-    levels: usize,
+    pub(crate) levels: usize,
     /// False for a v2 data page stored uncompressed.
-    compressed_data: bool,
+    pub(crate) compressed_data: bool,
+    /// The data or dictionary page's own header, `None` when it lacks one.
+    pub(crate) page: Option<PageFields>,
+}
+
+/// Page types, as Parquet's Thrift enum numbers them.
+pub(crate) const DATA_PAGE: i32 = 0;
+pub(crate) const INDEX_PAGE: i32 = 1;
+pub(crate) const DICTIONARY_PAGE: i32 = 2;
+pub(crate) const DATA_PAGE_V2: i32 = 3;
+
+/// The fields of a data page's (v1 or v2) or a dictionary page's header,
+/// as Thrift numbers them; those a page type lacks stay 0.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PageFields {
+    pub(crate) values: i32,
+    pub(crate) encoding: i32,
+    pub(crate) definition_encoding: i32,
+    pub(crate) repetition_encoding: i32,
+    pub(crate) nulls: i32,
+    pub(crate) rows: i32,
+    pub(crate) definition_bytes: i32,
+    pub(crate) repetition_bytes: i32,
+    pub(crate) sorted: bool,
 }
 
 impl PageHeader {
+    /// The header at the start of `bytes` and its length in bytes.
+    pub(crate) fn read_at(bytes: &[u8]) -> Result<(Self, usize), String> {
+        let mut input = Input { bytes, at: 0 };
+        let header = Self::read(&mut input)?;
+        Ok((header, input.at))
+    }
+
     fn read(input: &mut Input<'_>) -> Result<Self, String> {
         let mut header = Self {
             compressed_data: true,
@@ -299,6 +344,10 @@ impl PageHeader {
         };
         let (mut uncompressed, mut compressed) = (None, None);
         input.fields(0, |input, id, kind| match (id, kind) {
+            (1, I32) => {
+                header.kind = input.i32()?;
+                Ok(())
+            }
             (2, I32) => {
                 uncompressed = Some(size(input.i32()?)?);
                 Ok(())
@@ -307,17 +356,32 @@ impl PageHeader {
                 compressed = Some(size(input.i32()?)?);
                 Ok(())
             }
+            // A v1 data page's and a dictionary page's headers.
+            (5 | 7, STRUCT) => {
+                let mut page = PageFields::default();
+                input.fields(1, |input, field, kind| match (id, field, kind) {
+                    (_, 1, I32) => input.i32().map(|v| page.values = v),
+                    (_, 2, I32) => input.i32().map(|v| page.encoding = v),
+                    (5, 3, I32) => input.i32().map(|v| page.definition_encoding = v),
+                    (5, 4, I32) => input.i32().map(|v| page.repetition_encoding = v),
+                    (7, 3, TRUE) => {
+                        page.sorted = true;
+                        Ok(())
+                    }
+                    (_, _, kind) => input.skip(kind, 1, false),
+                })?;
+                header.page = Some(page);
+                Ok(())
+            }
             (8, STRUCT) => {
-                let (mut definition, mut repetition) = (0, 0);
+                let mut page = PageFields::default();
                 input.fields(1, |input, id, kind| match (id, kind) {
-                    (5, I32) => {
-                        definition = size(input.i32()?)?;
-                        Ok(())
-                    }
-                    (6, I32) => {
-                        repetition = size(input.i32()?)?;
-                        Ok(())
-                    }
+                    (1, I32) => input.i32().map(|v| page.values = v),
+                    (2, I32) => input.i32().map(|v| page.nulls = v),
+                    (3, I32) => input.i32().map(|v| page.rows = v),
+                    (4, I32) => input.i32().map(|v| page.encoding = v),
+                    (5, I32) => input.i32().map(|v| page.definition_bytes = v),
+                    (6, I32) => input.i32().map(|v| page.repetition_bytes = v),
                     (7, TRUE) => Ok(()),
                     (7, FALSE) => {
                         header.compressed_data = false;
@@ -325,9 +389,10 @@ impl PageHeader {
                     }
                     (_, kind) => input.skip(kind, 1, false),
                 })?;
-                header.levels = definition
-                    .checked_add(repetition)
+                header.levels = size(page.definition_bytes)?
+                    .checked_add(size(page.repetition_bytes)?)
                     .ok_or("level lengths overflow")?;
+                header.page = Some(page);
                 Ok(())
             }
             (2 | 3 | 8, _) => Err(format!("field {id} has the wrong type")),

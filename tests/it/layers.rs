@@ -15,6 +15,7 @@ use crate::common::repo;
 const LAYERS: &[&str] = &[
     "error",
     "limits",
+    "memory",
     "secret",
     "metrics",
     "config",

@@ -22,7 +22,8 @@
 //!
 //! One file per step: [`footer`] (reading and checking a footer), [`plan`]
 //! (what to prove), [`read`] (a chunk of row groups; [`local`] reads those
-//! of a local warehouse), [`metrics`] (bounds and counts), [`nested`]
+//! of a local warehouse, [`pages`] decodes those of ZSTD and uncompressed
+//! files), [`metrics`] (bounds and counts), [`nested`]
 //! (required-ness below the top level). This file runs them over every file
 //! and turns what was read into the target's data files.
 
@@ -30,6 +31,7 @@ mod footer;
 mod local;
 mod metrics;
 mod nested;
+mod pages;
 mod plan;
 mod read;
 

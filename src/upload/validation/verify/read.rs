@@ -11,17 +11,20 @@ use futures::TryStreamExt;
 use iceberg::arrow::ArrowFileReader;
 use iceberg::io::FileIO;
 use iceberg::spec::{Struct, Type};
-use parquet::arrow::ParquetRecordBatchStreamBuilder;
-use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReader};
 use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::arrow::{
+    ParquetRecordBatchStreamBuilder, ProjectionMask, parquet_to_arrow_field_levels,
+};
 
 use super::footer::unreadable;
 use super::local::LocalFile;
 use super::metrics::ColumnMetrics;
 use super::nested::{count_nulls, required_below, valid_rows};
+use super::pages;
 use super::plan::{Check, Plan};
 use crate::error::{Error, Result};
-use crate::limits::pages::{Chunks, PageGuard};
+use crate::limits::pages::{Chunks, PageGuard, range};
 use crate::upload::validation::findings::Finding;
 use crate::upload::validation::{FINDINGS_PER_RULE, key_text, named, values_json};
 
@@ -209,61 +212,119 @@ pub(crate) async fn read_chunk(
     let row_groups = footer.metadata().row_groups();
     let chunks = Chunks::of(groups.iter().filter_map(|g| row_groups.get(*g)), Some(size))
         .map_err(|e| unreadable(&path, e))?;
-    let reader = PageGuard::new(file, &path, chunks);
-    let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, footer)
-        .with_row_groups(groups)
-        .with_batch_size(BATCH_ROWS)
-        .build()
-        .map_err(|e| unreadable(&path, e))?;
+    let mut reader = PageGuard::new(file, &path, chunks);
+    let _decoding = crate::memory::Decoding::start();
     let mut read = Read::default();
-    let fields = plan.target.as_struct().fields();
-    for field in fields {
+    for field in plan.target.as_struct().fields() {
         read.columns.insert(field.id, ColumnMetrics::new());
     }
     let mut position = first_row;
-    while let Some(batch) = stream.try_next().await.map_err(|e| unreadable(&path, e))? {
-        let rows = batch.num_rows();
-        let columns = target_columns(&batch, &plan, &path)?;
-        for (column, field) in columns.iter().zip(fields) {
-            if let Some(metrics) = read.columns.get_mut(&field.id) {
-                metrics.add(column, &field.field_type);
-            }
-            if !field.field_type.is_primitive() {
-                // A required nested column's own NULLs, then every depth.
-                let valid = valid_rows(column.as_ref(), None);
-                if field.required {
-                    count_nulls(&valid, &field.name, &mut read.nested_nulls);
-                }
-                required_below(
-                    column.as_ref(),
-                    &field.field_type,
-                    &field.name,
-                    &valid,
-                    &mut read.nested_nulls,
-                );
-            }
-        }
-        position += rows as i64;
-        read.rows += rows as u64;
-        if plan.splitter.is_none() && plan.checks.is_empty() {
-            continue;
-        }
-        let batch = conform(&columns, &plan)?;
-        if let Some(splitter) = &plan.splitter {
-            for (key, _) in splitter.split(&batch)? {
-                match &read.partition {
-                    None => read.partition = Some(key.data().clone()),
-                    Some(seen) if seen == key.data() => {}
-                    Some(_) => {
-                        read.reasons.push(mixed_partitions(&path));
-                        return Ok(read);
-                    }
-                }
+    if pages::decodes(footer.metadata(), &groups) {
+        // Every chunk fetched (and checked) first, then decoded from memory.
+        let metadata = footer.metadata();
+        let ranges = groups
+            .iter()
+            .flat_map(|g| metadata.row_group(*g).columns())
+            .map(|c| range(c).map(|(start, length)| start..start + length))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| unreadable(&path, e))?;
+        let mut fetched = reader
+            .get_byte_ranges(ranges)
+            .await
+            .map_err(|e| unreadable(&path, e))?
+            .into_iter();
+        let columns = metadata.file_metadata().schema_descr().num_columns();
+        let group = pages::Group {
+            metadata,
+            chunks: groups
+                .iter()
+                .map(|_| fetched.by_ref().take(columns).collect())
+                .collect(),
+            groups,
+        };
+        let levels = parquet_to_arrow_field_levels(
+            metadata.file_metadata().schema_descr(),
+            ProjectionMask::all(),
+            Some(footer.schema().fields()),
+        )
+        .map_err(|e| unreadable(&path, e))?;
+        let batches =
+            ParquetRecordBatchReader::try_new_with_row_groups(&levels, &group, BATCH_ROWS, None)
+                .map_err(|e| unreadable(&path, e))?;
+        for batch in batches {
+            let batch = batch.map_err(|e| unreadable(&path, e))?;
+            if !absorb(&mut read, &batch, &plan, &path, &mut position)? {
+                break;
             }
         }
-        evaluate(&batch, &plan, &path, position - rows as i64, &mut read)?;
+    } else {
+        let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, footer)
+            .with_row_groups(groups)
+            .with_batch_size(BATCH_ROWS)
+            .build()
+            .map_err(|e| unreadable(&path, e))?;
+        while let Some(batch) = stream.try_next().await.map_err(|e| unreadable(&path, e))? {
+            if !absorb(&mut read, &batch, &plan, &path, &mut position)? {
+                break;
+            }
+        }
     }
     Ok(read)
+}
+
+/// Proves what the module says of `batch`, whose first row is row
+/// `position` of its file (moved past it); false once the rows turn out to
+/// hold two partitions (nothing more needs reading).
+fn absorb(
+    read: &mut Read,
+    batch: &RecordBatch,
+    plan: &Plan,
+    path: &str,
+    position: &mut i64,
+) -> Result<bool> {
+    let rows = batch.num_rows();
+    let columns = target_columns(batch, plan, path)?;
+    let fields = plan.target.as_struct().fields();
+    for (column, field) in columns.iter().zip(fields) {
+        if let Some(metrics) = read.columns.get_mut(&field.id) {
+            metrics.add(column, &field.field_type);
+        }
+        if !field.field_type.is_primitive() {
+            // A required nested column's own NULLs, then every depth.
+            let valid = valid_rows(column.as_ref(), None);
+            if field.required {
+                count_nulls(&valid, &field.name, &mut read.nested_nulls);
+            }
+            required_below(
+                column.as_ref(),
+                &field.field_type,
+                &field.name,
+                &valid,
+                &mut read.nested_nulls,
+            );
+        }
+    }
+    let first = *position;
+    *position += rows as i64;
+    read.rows += rows as u64;
+    if plan.splitter.is_none() && plan.checks.is_empty() {
+        return Ok(true);
+    }
+    let batch = conform(&columns, plan)?;
+    if let Some(splitter) = &plan.splitter {
+        for (key, _) in splitter.split(&batch)? {
+            match &read.partition {
+                None => read.partition = Some(key.data().clone()),
+                Some(seen) if seen == key.data() => {}
+                Some(_) => {
+                    read.reasons.push(mixed_partitions(path));
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    evaluate(&batch, plan, path, first, read)?;
+    Ok(true)
 }
 
 /// Evaluates every CHECK rule on `batch`, counting each violation and
