@@ -16,7 +16,7 @@ use std::time::Duration;
 use iceberg::TableIdent;
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use crate::error::{Error, Result};
 
@@ -222,8 +222,13 @@ impl Database {
                     ))
                 })?;
                 // A writer waits for another process's write instead of
-                // failing at once.
-                let options = options.busy_timeout(Duration::from_secs(30));
+                // failing at once. Commits append to a write-ahead log, one
+                // fsync each (with `synchronous` at FULL, SQLite's default):
+                // a rollback journal took five per commit, about 35 ms of a
+                // 10M-row promotion's 300.
+                let options = options
+                    .busy_timeout(Duration::from_secs(30))
+                    .journal_mode(SqliteJournalMode::Wal);
                 Ok(Self::Sqlite(
                     SqlitePoolOptions::new()
                         .max_connections(2)

@@ -282,9 +282,7 @@ fn malformed(why: impl Into<String>) -> ParquetError {
 mod tests {
     use std::sync::Arc;
 
-    use datafusion::arrow::array::{
-        ArrayRef, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
-    };
+    use datafusion::arrow::array::{ArrayRef, Int64Array, ListArray, RecordBatch, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema};
     use parquet::arrow::ArrowWriter;
     use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
