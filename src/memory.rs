@@ -67,10 +67,9 @@ mod tests {
 
     #[test]
     fn the_hook_hears_of_decoding_while_any_runs() {
-        // Other tests of this process may verify at the same time: while a
-        // decoding of this test's runs, the hook's last word is `true`,
-        // whatever theirs do.
-        // No other test sets a hook.
+        // No other test sets a hook, but others of this process may verify
+        // at the same time: while a decoding of this test's runs, the
+        // hook's last word is `true`, whatever theirs do.
         assert!(on_decoding(record));
         for _ in 0..100 {
             let first = Decoding::start();

@@ -208,22 +208,9 @@ pub(crate) fn check_pages(
     let mut at = 0usize;
     while at < bytes.len() {
         let offset = start + at as u64;
-        let mut input = Input {
-            bytes: &bytes[at..],
-            at: 0,
-        };
-        let header = PageHeader::read(&mut input)
-            .map_err(|why| format!("the page header at byte {offset} is malformed ({why})"))?;
-        let data = at + input.at;
-        let end = data
-            .checked_add(header.compressed)
-            .filter(|end| *end <= bytes.len())
-            .ok_or_else(|| {
-                format!(
-                    "the page at byte {offset} claims {} bytes, past the end of its column chunk",
-                    header.compressed
-                )
-            })?;
+        let (header, data) = PageHeader::locate(bytes, at, start)?;
+        let end = data.end;
+        let data = data.start;
         let compressed = codecs.iter().any(|c| *c != Compression::UNCOMPRESSED);
         if compressed && header.compressed_data {
             if header.uncompressed as u64 > bound {
@@ -291,7 +278,7 @@ fn name(codec: Compression) -> &'static str {
 }
 
 /// A Thrift `PageHeader`: what the walk checks, and what a page reader
-/// needs to hand the page to a decoder (see [`PageHeader::read_at`]).
+/// needs to hand the page to a decoder (see [`PageHeader::locate`]).
 #[derive(Debug, Default)]
 pub(crate) struct PageHeader {
     /// Parquet's page type: [`DATA_PAGE`], [`INDEX_PAGE`],
@@ -330,11 +317,32 @@ pub(crate) struct PageFields {
 }
 
 impl PageHeader {
-    /// The header at the start of `bytes` and its length in bytes.
-    pub(crate) fn read_at(bytes: &[u8]) -> Result<(Self, usize), String> {
-        let mut input = Input { bytes, at: 0 };
-        let header = Self::read(&mut input)?;
-        Ok((header, input.at))
+    /// The header of the page at byte `at` of `chunk` (a column chunk that
+    /// starts at byte `start` of its file, for the errors) and where the
+    /// page's stored data lies in `chunk`, which must hold all of it.
+    pub(crate) fn locate(
+        chunk: &[u8],
+        at: usize,
+        start: u64,
+    ) -> Result<(Self, std::ops::Range<usize>), String> {
+        let offset = start + at as u64;
+        let mut input = Input {
+            bytes: chunk.get(at..).unwrap_or_default(),
+            at: 0,
+        };
+        let header = Self::read(&mut input)
+            .map_err(|why| format!("the page header at byte {offset} is malformed ({why})"))?;
+        let data = at + input.at;
+        let end = data
+            .checked_add(header.compressed)
+            .filter(|end| *end <= chunk.len())
+            .ok_or_else(|| {
+                format!(
+                    "the page at byte {offset} claims {} bytes, past the end of its column chunk",
+                    header.compressed
+                )
+            })?;
+        Ok((header, data..end))
     }
 
     fn read(input: &mut Input<'_>) -> Result<Self, String> {

@@ -181,10 +181,8 @@ fn keep_freed_memory() {
 /// `MIMALLOC_PURGE_DELAY` and `MIMALLOC_ALLOW_THP` still override each.
 fn return_freed_memory_soon() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: mi_option_set only tunes mimalloc, the global allocator;
-        // called before any other thread starts.
-        unsafe { allocator::mi_option_set(allocator::PURGE_DELAY, PURGE_DELAY_MS) };
-        icestage::memory::on_decoding(keep_freed_memory_longer);
+        set_purge_delay(false);
+        icestage::memory::on_decoding(set_purge_delay);
     }
     // mimalloc reads its huge-page option when it starts, before `main`;
     // what it would do with `MIMALLOC_ALLOW_THP=0` is this call.
@@ -196,7 +194,7 @@ fn return_freed_memory_soon() {
 }
 
 /// Sets how long freed memory stays: longer while verification decodes.
-fn keep_freed_memory_longer(decoding: bool) {
+fn set_purge_delay(decoding: bool) {
     let delay = if decoding {
         DECODING_PURGE_DELAY_MS
     } else {
@@ -426,10 +424,10 @@ mod tests {
             );
             assert_eq!(set, super::PURGE_DELAY_MS);
             // While verification decodes, and after.
-            super::keep_freed_memory_longer(true);
+            super::set_purge_delay(true);
             // SAFETY: as above.
             let decoding = unsafe { mi_option_get(PURGE_DELAY) };
-            super::keep_freed_memory_longer(false);
+            super::set_purge_delay(false);
             // SAFETY: as above.
             let after = unsafe { mi_option_get(PURGE_DELAY) };
             assert_eq!(

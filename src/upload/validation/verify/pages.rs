@@ -20,10 +20,10 @@ use parquet::arrow::arrow_reader::RowGroups;
 use parquet::basic::{Compression, Encoding};
 use parquet::column::page::{Page, PageIterator, PageMetadata, PageReader};
 use parquet::errors::{ParquetError, Result};
-use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
+use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData, RowGroupMetaData};
 
 use crate::limits::pages::{
-    DATA_PAGE, DATA_PAGE_V2, DICTIONARY_PAGE, INDEX_PAGE, PageFields, PageHeader,
+    DATA_PAGE, DATA_PAGE_V2, DICTIONARY_PAGE, INDEX_PAGE, PageFields, PageHeader, range,
 };
 
 /// Whether every column chunk of `groups` is ZSTD or uncompressed.
@@ -64,9 +64,8 @@ impl RowGroups for Group<'_> {
                 let chunk = chunks.get(column).cloned().ok_or_else(|| {
                     ParquetError::General(format!("row group {group} has no column {column}"))
                 })?;
-                let compressed = self.metadata.row_group(*group).column(column).compression()
-                    != Compression::UNCOMPRESSED;
-                Ok(Box::new(Pages::new(chunk, compressed)?) as Box<dyn PageReader>)
+                let metadata = self.metadata.row_group(*group).column(column);
+                Ok(Box::new(Pages::new(chunk, metadata)?) as Box<dyn PageReader>)
             })
             .collect();
         Ok(Box::new(Readers(readers.into())))
@@ -98,18 +97,27 @@ impl PageIterator for Readers {}
 /// decoder asks for them.
 pub(super) struct Pages {
     chunk: Bytes,
+    /// Where the chunk starts in its file (errors name a page's byte).
+    start: u64,
     at: usize,
     /// `None` when the chunk is stored uncompressed.
     zstd: Option<zstd::bulk::Decompressor<'static>>,
 }
 
 impl Pages {
-    pub(super) fn new(chunk: Bytes, compressed: bool) -> Result<Self> {
-        let zstd = compressed
+    /// The pages of `column`'s chunk, whose bytes are `chunk`.
+    pub(super) fn new(chunk: Bytes, column: &ColumnChunkMetaData) -> Result<Self> {
+        let zstd = (column.compression() != Compression::UNCOMPRESSED)
             .then(zstd::bulk::Decompressor::new)
             .transpose()
             .map_err(|e| ParquetError::External(Box::new(e)))?;
-        Ok(Self { chunk, at: 0, zstd })
+        let start = range(column).map_err(malformed)?.0;
+        Ok(Self {
+            chunk,
+            start,
+            at: 0,
+            zstd,
+        })
     }
 
     /// The next page's header (index pages passed over) and where its data
@@ -119,18 +127,13 @@ impl Pages {
             if self.at >= self.chunk.len() {
                 return Ok(None);
             }
-            let (header, length) = PageHeader::read_at(&self.chunk[self.at..])
-                .map_err(|why| malformed(format!("a page header is malformed ({why})")))?;
-            let start = self.at + length;
-            let end = start
-                .checked_add(header.compressed)
-                .filter(|end| *end <= self.chunk.len())
-                .ok_or_else(|| malformed("a page runs past the end of its column chunk"))?;
+            let (header, data) =
+                PageHeader::locate(&self.chunk, self.at, self.start).map_err(malformed)?;
             if header.kind == INDEX_PAGE {
-                self.at = end;
+                self.at = data.end;
                 continue;
             }
-            return Ok(Some((header, start..end)));
+            return Ok(Some((header, data)));
         }
     }
 
@@ -292,7 +295,6 @@ mod tests {
     use parquet::file::properties::{WriterProperties, WriterVersion};
 
     use super::*;
-    use crate::limits::pages::range;
 
     /// 5,000 rows in row groups of 2,000: a long column, a string column
     /// with NULLs and repeats (dictionary pages), a list column.

@@ -233,12 +233,14 @@ pub(crate) async fn read_chunk(
             .await
             .map_err(|e| unreadable(&path, e))?
             .into_iter();
-        let columns = metadata.file_metadata().schema_descr().num_columns();
         let group = pages::Group {
             metadata,
             chunks: groups
                 .iter()
-                .map(|_| fetched.by_ref().take(columns).collect())
+                .map(|g| {
+                    let columns = metadata.row_group(*g).columns().len();
+                    fetched.by_ref().take(columns).collect()
+                })
                 .collect(),
             groups,
         };
