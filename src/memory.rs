@@ -1,84 +1,152 @@
-//! How long the allocator keeps freed memory while verification decodes.
+//! How long the allocator keeps freed memory while bulk work runs.
 //!
 //! Verification decodes every staged page into buffers it frees a moment
-//! later; the `parquet` crate's decoders allocate (and zero) theirs afresh
-//! per page and per dictionary. An allocator that returns freed memory to
-//! the kernel soon (the binary's mimalloc after 10 ms, which keeps a
-//! download's peak bounded) then gets the same memory back one page fault
-//! at a time: a fifth of a promotion's CPU time was the kernel's.
+//! later, and a load (COPY INTO, a pipe) decodes its source and encodes and
+//! compresses new pages the same way; the `parquet` crate's decoders and
+//! encoders allocate (and zero) theirs afresh per page and per dictionary.
+//! An allocator that returns freed memory to the kernel soon (the binary's
+//! mimalloc after 10 ms, which keeps a download's peak bounded) then gets
+//! the same memory back one page fault at a time: a fifth of a promotion's
+//! CPU time, and a fifth of a Parquet load's, was the kernel's.
 //!
 //! The library does not choose the allocator; an application that does
-//! names what to change with [`on_decoding`]. The binary keeps freed memory
-//! 100 ms instead of 10 while any verification decodes.
+//! names what to change with [`on_churn`]. The binary keeps freed memory
+//! 100 ms instead of 10 while any verification decodes, and a second while
+//! any load writes (its bound is 1 GB, not a promotion's 256 MiB).
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-static HOOK: OnceLock<fn(bool)> = OnceLock::new();
-/// Decodings running now; the hook is called under this lock, so its calls
-/// follow the count's changes in order.
-static RUNNING: Mutex<usize> = Mutex::new(0);
-
-/// Sets the function called with `true` when verification starts decoding
-/// in a process where none was decoding, and with `false` when the last
-/// decoding ends. Only the first call sets it; false for a later one.
-pub fn on_decoding(hook: fn(bool)) -> bool {
-    HOOK.set(hook).is_ok()
+/// The bulk work running in a process, as far as freed memory goes; the
+/// later a variant, the longer freed memory is worth keeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Churn {
+    /// None: freed memory may go back soon.
+    Idle,
+    /// Verification decodes staged files (a promotion's peak is bounded
+    /// at 256 MiB).
+    Verifying,
+    /// A load (COPY INTO, a pipe) writes data files from source files (its
+    /// peak is bounded at 1 GB).
+    Loading,
 }
 
-/// One decoding under way, from [`Decoding::start`] until dropped.
-pub(crate) struct Decoding(());
+static HOOK: OnceLock<fn(Churn)> = OnceLock::new();
 
-impl Decoding {
-    pub(crate) fn start() -> Self {
-        let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
-        *running += 1;
-        if *running == 1
-            && let Some(hook) = HOOK.get()
-        {
-            hook(true);
+/// The work running now (how many of each busy kind) and the kind the hook
+/// last heard of; the hook is called under this lock, so its calls follow
+/// the counts' changes in order.
+#[derive(Debug)]
+struct Running {
+    verifying: usize,
+    loading: usize,
+    told: Churn,
+}
+
+impl Running {
+    fn now(&self) -> Churn {
+        if self.loading > 0 {
+            Churn::Loading
+        } else if self.verifying > 0 {
+            Churn::Verifying
+        } else {
+            Churn::Idle
         }
-        Self(())
+    }
+
+    fn count(&mut self, churn: Churn) -> Option<&mut usize> {
+        match churn {
+            Churn::Idle => None,
+            Churn::Verifying => Some(&mut self.verifying),
+            Churn::Loading => Some(&mut self.loading),
+        }
+    }
+
+    /// Tells the hook when the most demanding work running changed.
+    fn tell(&mut self) {
+        let now = self.now();
+        if now != self.told {
+            self.told = now;
+            if let Some(hook) = HOOK.get() {
+                hook(now);
+            }
+        }
     }
 }
 
-impl Drop for Decoding {
+static RUNNING: Mutex<Running> = Mutex::new(Running {
+    verifying: 0,
+    loading: 0,
+    told: Churn::Idle,
+});
+
+/// Sets the function called with the most demanding [`Churn`] running
+/// whenever that changes (with [`Churn::Idle`] when the last work ends).
+/// Only the first call sets it; false for a later one.
+pub fn on_churn(hook: fn(Churn)) -> bool {
+    HOOK.set(hook).is_ok()
+}
+
+/// One piece of bulk work under way, from [`Churning::start`] until
+/// dropped.
+#[derive(Debug)]
+pub(crate) struct Churning(Churn);
+
+impl Churning {
+    pub(crate) fn start(churn: Churn) -> Self {
+        let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = running.count(churn) {
+            *count += 1;
+        }
+        running.tell();
+        Self(churn)
+    }
+}
+
+impl Drop for Churning {
     fn drop(&mut self) {
         let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
-        *running = running.saturating_sub(1);
-        if *running == 0
-            && let Some(hook) = HOOK.get()
-        {
-            hook(false);
+        if let Some(count) = running.count(self.0) {
+            *count = count.saturating_sub(1);
         }
+        running.tell();
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicU8, Ordering};
 
     use super::*;
 
-    static DECODING: AtomicBool = AtomicBool::new(false);
+    static HEARD: AtomicU8 = AtomicU8::new(Churn::Idle as u8);
 
-    fn record(decoding: bool) {
-        DECODING.store(decoding, Ordering::SeqCst);
+    fn record(churn: Churn) {
+        HEARD.store(churn as u8, Ordering::SeqCst);
+    }
+
+    fn heard() -> u8 {
+        HEARD.load(Ordering::SeqCst)
     }
 
     #[test]
-    fn the_hook_hears_of_decoding_while_any_runs() {
+    fn the_hook_hears_of_the_most_demanding_work_running() {
         // No other test sets a hook, but others of this process may verify
-        // at the same time: while a decoding of this test's runs, the
-        // hook's last word is `true`, whatever theirs do.
-        assert!(on_decoding(record));
+        // or load at the same time: while a load of this test's runs, the
+        // hook's last word is `Loading`, and while a verification runs it
+        // is at least `Verifying`, whatever theirs do.
+        assert!(on_churn(record));
         for _ in 0..100 {
-            let first = Decoding::start();
-            assert!(DECODING.load(Ordering::SeqCst));
-            let second = Decoding::start();
-            drop(first);
-            assert!(DECODING.load(Ordering::SeqCst));
-            drop(second);
+            let verifying = Churning::start(Churn::Verifying);
+            assert!(heard() >= Churn::Verifying as u8);
+            let loading = Churning::start(Churn::Loading);
+            assert_eq!(heard(), Churn::Loading as u8);
+            let again = Churning::start(Churn::Verifying);
+            drop(verifying);
+            assert_eq!(heard(), Churn::Loading as u8);
+            drop(loading);
+            assert!(heard() >= Churn::Verifying as u8);
+            drop(again);
         }
-        assert!(!on_decoding(record), "a second hook replaced the first");
+        assert!(!on_churn(record), "a second hook replaced the first");
     }
 }

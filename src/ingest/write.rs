@@ -20,6 +20,7 @@ use super::source::{Access, SourceFile};
 use crate::catalog::bridge::writer::write_rows;
 use crate::catalog::column_names;
 use crate::error::{Error, ErrorKind, Result};
+use crate::memory::{Churn, Churning};
 
 /// The most rows of one file a copy rejects; past it the whole file fails
 /// (a file that is mostly malformed is the wrong file, not bad rows).
@@ -221,6 +222,7 @@ impl Copying {
         source: Arc<Source>,
         file_prefix: &str,
     ) -> Result<Written> {
+        let _churning = Churning::start(Churn::Loading);
         let (rows, rejections) = self.rows(source).await?;
         let files = write_rows(&self.target, file_prefix, rows.map_err(Error::from)).await?;
         let rejected = rejections.take();

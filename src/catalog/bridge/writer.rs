@@ -169,7 +169,8 @@ impl MetricsMode {
             ("full", _) => Ok(Self::Full),
             (_, Some(Ok(n))) if n > 0 => Ok(Self::Truncate(n)),
             _ => Err(Error::invalid(format!(
-                "table '{table}' has {key} = '{value}': use none, counts, truncate(N) with N > 0,                  or full"
+                "table '{table}' has {key} = '{value}': use none, counts, truncate(N) with N > 0, \
+                 or full"
             ))),
         }
     }

@@ -213,7 +213,7 @@ pub(crate) async fn read_chunk(
     let chunks = Chunks::of(groups.iter().filter_map(|g| row_groups.get(*g)), Some(size))
         .map_err(|e| unreadable(&path, e))?;
     let mut reader = PageGuard::new(file, &path, chunks);
-    let _decoding = crate::memory::Decoding::start();
+    let _churning = crate::memory::Churning::start(crate::memory::Churn::Verifying);
     let mut read = Read::default();
     for field in plan.target.as_struct().fields() {
         read.columns.insert(field.id, ColumnMetrics::new());
