@@ -32,52 +32,37 @@ pub enum Churn {
 
 static HOOK: OnceLock<fn(Churn)> = OnceLock::new();
 
-/// The work running now (how many of each busy kind) and the kind the hook
-/// last heard of; the hook is called under this lock, so its calls follow
-/// the counts' changes in order.
-#[derive(Debug)]
-struct Running {
-    verifying: usize,
-    loading: usize,
-    told: Churn,
+/// How many pieces of each kind of work run now, by `Churn as usize`
+/// (`Idle`'s count is never read). The hook is called under this lock, so
+/// its calls follow the counts' changes in order.
+static RUNNING: Mutex<[usize; 3]> = Mutex::new([0; 3]);
+
+/// The most demanding work of `running`.
+fn most(running: &[usize; 3]) -> Churn {
+    [Churn::Loading, Churn::Verifying]
+        .into_iter()
+        .find(|churn| running[*churn as usize] > 0)
+        .unwrap_or(Churn::Idle)
 }
 
-impl Running {
-    fn now(&self) -> Churn {
-        if self.loading > 0 {
-            Churn::Loading
-        } else if self.verifying > 0 {
-            Churn::Verifying
-        } else {
-            Churn::Idle
-        }
-    }
-
-    fn count(&mut self, churn: Churn) -> Option<&mut usize> {
-        match churn {
-            Churn::Idle => None,
-            Churn::Verifying => Some(&mut self.verifying),
-            Churn::Loading => Some(&mut self.loading),
-        }
-    }
-
-    /// Tells the hook when the most demanding work running changed.
-    fn tell(&mut self) {
-        let now = self.now();
-        if now != self.told {
-            self.told = now;
-            if let Some(hook) = HOOK.get() {
-                hook(now);
-            }
-        }
+/// Counts one more or one fewer `churn`, and tells the hook when the most
+/// demanding work running changed.
+fn count(churn: Churn, more: bool) {
+    let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+    let before = most(&running);
+    let slot = &mut running[churn as usize];
+    *slot = if more {
+        *slot + 1
+    } else {
+        slot.saturating_sub(1)
+    };
+    let now = most(&running);
+    if now != before
+        && let Some(hook) = HOOK.get()
+    {
+        hook(now);
     }
 }
-
-static RUNNING: Mutex<Running> = Mutex::new(Running {
-    verifying: 0,
-    loading: 0,
-    told: Churn::Idle,
-});
 
 /// Sets the function called with the most demanding [`Churn`] running
 /// whenever that changes (with [`Churn::Idle`] when the last work ends).
@@ -93,22 +78,14 @@ pub(crate) struct Churning(Churn);
 
 impl Churning {
     pub(crate) fn start(churn: Churn) -> Self {
-        let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = running.count(churn) {
-            *count += 1;
-        }
-        running.tell();
+        count(churn, true);
         Self(churn)
     }
 }
 
 impl Drop for Churning {
     fn drop(&mut self) {
-        let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = running.count(self.0) {
-            *count = count.saturating_sub(1);
-        }
-        running.tell();
+        count(self.0, false);
     }
 }
 

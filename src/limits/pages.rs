@@ -205,13 +205,11 @@ pub(crate) fn check_pages(
     codecs: &[Compression],
     bound: u64,
 ) -> Result<(), String> {
+    let compressed = codecs.iter().any(|c| *c != Compression::UNCOMPRESSED);
     let mut at = 0usize;
     while at < bytes.len() {
         let offset = start + at as u64;
         let (header, data) = PageHeader::locate(bytes, at, start)?;
-        let end = data.end;
-        let data = data.start;
-        let compressed = codecs.iter().any(|c| *c != Compression::UNCOMPRESSED);
         if compressed && header.compressed_data {
             if header.uncompressed as u64 > bound {
                 return Err(format!(
@@ -224,7 +222,8 @@ pub(crate) fn check_pages(
             let levels = header.levels.min(header.compressed);
             let expected = header.uncompressed.saturating_sub(header.levels) as u64;
             for codec in codecs {
-                if inflated_size(*codec, &bytes[data + levels..end], expected) > expected {
+                if inflated_size(*codec, &bytes[data.start + levels..data.end], expected) > expected
+                {
                     return Err(format!(
                         "the page at byte {offset} inflates past the {expected} bytes its header \
                          declares ({})",
@@ -233,7 +232,7 @@ pub(crate) fn check_pages(
                 }
             }
         }
-        at = end;
+        at = data.end;
     }
     Ok(())
 }

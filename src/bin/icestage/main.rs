@@ -414,8 +414,7 @@ async fn run_scripts(shell: &mut Shell, args: &Args) -> icestage::Result<ExitCod
 
 #[cfg(test)]
 mod tests {
-    use icestage::memory::Churn;
-
+    use super::Churn;
     use super::allocator::{PURGE_DELAY, mi_option_get};
 
     #[test]

@@ -25,6 +25,7 @@ use super::pages;
 use super::plan::{Check, Plan};
 use crate::error::{Error, Result};
 use crate::limits::pages::{Chunks, PageGuard, range};
+use crate::memory::{Churn, Churning};
 use crate::upload::validation::findings::Finding;
 use crate::upload::validation::{FINDINGS_PER_RULE, key_text, named, values_json};
 
@@ -213,7 +214,7 @@ pub(crate) async fn read_chunk(
     let chunks = Chunks::of(groups.iter().filter_map(|g| row_groups.get(*g)), Some(size))
         .map_err(|e| unreadable(&path, e))?;
     let mut reader = PageGuard::new(file, &path, chunks);
-    let _churning = crate::memory::Churning::start(crate::memory::Churn::Verifying);
+    let _churning = Churning::start(Churn::Verifying);
     let mut read = Read::default();
     for field in plan.target.as_struct().fields() {
         read.columns.insert(field.id, ColumnMetrics::new());
