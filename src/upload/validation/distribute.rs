@@ -18,7 +18,7 @@ use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use serde::{Deserialize, Serialize};
 
 use super::drift::Matching;
-use super::verify::{Chunk, Plan, Read, ReadChunks, compile_checks, open, read_chunk};
+use super::verify::{Chunk, Columns, Plan, Read, ReadChunks, compile_checks, open, read_chunk};
 use crate::cluster::{
     Answer, Cluster, Job, Jobs, Recipe, decode_message, encode_message, run_for_items, share,
 };
@@ -141,6 +141,7 @@ impl Job for VerifyJob {
                     footer,
                     groups,
                     first_row,
+                    Columns::All,
                     Arc::clone(&plan),
                 )
                 .await?;

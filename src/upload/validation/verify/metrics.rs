@@ -1,6 +1,8 @@
 //! Column metrics taken from the values read (value and null counts,
 //! lower and upper bounds): what the target's manifest will carry.
 
+use std::borrow::Cow;
+
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::array::{Array, ArrowPrimitiveType, AsArray, PrimitiveArray};
 use datafusion::arrow::compute::{self};
@@ -133,10 +135,12 @@ fn bounds(array: &ArrayRef, kind: &Type) -> Option<(Datum, Datum)> {
         PrimitiveType::String => {
             let (low, high) = if let Some(views) = array.as_string_view_opt() {
                 string_view_bounds(views)?
-            } else if let Some(a) = array.as_string_opt::<i32>() {
-                string_bounds(a)?
             } else {
-                string_bounds(array.as_string_opt::<i64>()?)?
+                let (low, high) = match array.as_string_opt::<i32>() {
+                    Some(a) => string_bounds(a)?,
+                    None => string_bounds(array.as_string_opt::<i64>()?)?,
+                };
+                (Cow::Borrowed(low), Cow::Borrowed(high))
             };
             (low.len() <= MAX_STRING_BOUND && high.len() <= MAX_STRING_BOUND)
                 .then(|| (Datum::string(low), Datum::string(high)))
@@ -214,11 +218,14 @@ fn string_bounds<O: datafusion::arrow::array::OffsetSizeTrait>(
 /// [`string_bounds`] for string views, in one pass. A string of at most
 /// 12 bytes lies in its view: its bytes read as a big-endian number, then
 /// its length, order as the strings do, so such values are compared as
-/// integers; longer ones as strings.
-fn string_view_bounds(array: &datafusion::arrow::array::StringViewArray) -> Option<(&str, &str)> {
+/// integers (without a branch: the least and greatest key are kept, and
+/// the string is read back from the key); longer ones as strings.
+fn string_view_bounds(
+    array: &datafusion::arrow::array::StringViewArray,
+) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
     let nulls = array.nulls();
-    // (least, greatest) inline key with its row; (least, greatest) longer string.
-    let mut short: Option<((u128, usize), (u128, usize))> = None;
+    // No inline key is u128::MAX (its low 32 bits are a length of at most 12).
+    let (mut low, mut high) = (u128::MAX, 0u128);
     let mut long: Option<(&str, &str)> = None;
     for (row, view) in array.views().iter().enumerate() {
         if nulls.is_some_and(|n| n.is_null(row)) {
@@ -226,39 +233,59 @@ fn string_view_bounds(array: &datafusion::arrow::array::StringViewArray) -> Opti
         }
         let length = *view as u32;
         if length <= 12 {
-            let key = (inline_key(*view, length), row);
-            match &mut short {
-                None => short = Some((key, key)),
-                Some((low, high)) => {
-                    if key.0 < low.0 {
-                        *low = key;
-                    }
-                    if key.0 > high.0 {
-                        *high = key;
-                    }
-                }
-            }
+            let key = inline_key(*view, length);
+            low = low.min(key);
+            high = high.max(key);
         } else {
             let value = array.value(row);
             match &mut long {
                 None => long = Some((value, value)),
-                Some((low, high)) => {
-                    if value < *low {
-                        *low = value;
+                Some((least, greatest)) => {
+                    if value < *least {
+                        *least = value;
                     }
-                    if value > *high {
-                        *high = value;
+                    if value > *greatest {
+                        *greatest = value;
                     }
                 }
             }
         }
     }
-    let short = short.map(|((_, low), (_, high))| (array.value(low), array.value(high)));
+    let short = if low == u128::MAX {
+        None
+    } else {
+        Some((key_text(low)?, key_text(high)?))
+    };
     match (short, long) {
-        (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
-        (one, other) => one.or(other),
+        (Some((a, b)), Some((c, d))) => Some((
+            if a.as_str() <= c {
+                Cow::Owned(a)
+            } else {
+                Cow::Borrowed(c)
+            },
+            if b.as_str() >= d {
+                Cow::Owned(b)
+            } else {
+                Cow::Borrowed(d)
+            },
+        )),
+        (Some((a, b)), None) => Some((Cow::Owned(a), Cow::Owned(b))),
+        (None, Some((c, d))) => Some((Cow::Borrowed(c), Cow::Borrowed(d))),
+        (None, None) => None,
     }
 }
+
+/// Per length of at most 12, the bits of a swapped view that hold the
+/// string's bytes: the top `8 * length`.
+const INLINE_MASKS: [u128; 13] = {
+    let mut masks = [0u128; 13];
+    let mut length = 1;
+    while length <= 12 {
+        masks[length] = u128::MAX << (8 * (16 - length));
+        length += 1;
+    }
+    masks
+};
 
 /// A key that orders inline views (`length` of at most 12) as their bytes
 /// do: the bytes big-endian in the top 96 bits (those past `length` masked
@@ -268,12 +295,14 @@ fn inline_key(view: u128, length: u32) -> u128 {
     // its bytes 4 to 15: swapped, the length is the top 32 bits and byte 0
     // of the string the next; shifted, byte 0 is the most significant.
     let bytes = view.swap_bytes() << 32;
-    let kept = if length == 0 {
-        0
-    } else {
-        u128::MAX << (8 * (16 - length))
-    };
-    (bytes & kept) | u128::from(length)
+    (bytes & INLINE_MASKS[length as usize]) | u128::from(length)
+}
+
+/// The string an [`inline_key`] was taken from (`None` if its bytes are
+/// not UTF-8, which a valid string array never holds).
+fn key_text(key: u128) -> Option<String> {
+    let length = (key as u32 as usize).min(12);
+    String::from_utf8(key.to_be_bytes()[..length].to_vec()).ok()
 }
 
 #[cfg(test)]
@@ -362,7 +391,11 @@ mod tests {
         for case in cases {
             let array = StringViewArray::from(case.clone());
             let expected = compute::min_string_view(&array).zip(compute::max_string_view(&array));
-            assert_eq!(string_view_bounds(&array), expected, "{case:?}");
+            let bounds = string_view_bounds(&array);
+            let bounds = bounds
+                .as_ref()
+                .map(|(low, high)| (low.as_ref(), high.as_ref()));
+            assert_eq!(bounds, expected, "{case:?}");
         }
     }
 

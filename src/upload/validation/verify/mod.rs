@@ -17,8 +17,10 @@
 //!   value and null counts, lower and upper bounds) are computed from what
 //!   was read.
 //!
-//! Files are split into row-group chunks that run on all cores; each chunk
-//! streams batch by batch, so memory is bounded by the chunks in flight.
+//! Files are split into row-group chunks that run on all cores; where no
+//! CHECK rule or partition needs whole rows, each column of a chunk is a
+//! task of its own (the columns' row counts must then agree). Each task
+//! streams batch by batch, so memory is bounded by the tasks in flight.
 //!
 //! One file per step: [`footer`] (reading and checking a footer), [`plan`]
 //! (what to prove), [`read`] (a chunk of row groups; [`local`] reads those
@@ -37,7 +39,7 @@ mod read;
 
 pub(crate) use footer::{decode_footer, open};
 pub(crate) use plan::{Plan, compile_checks};
-pub(crate) use read::{Read, read_chunk};
+pub(crate) use read::{Columns, Read, read_chunk};
 
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
@@ -54,6 +56,11 @@ use crate::error::{Error, Result};
 
 /// Row groups a chunk reads: small enough to spread a file over the cores.
 const ROW_GROUPS_PER_CHUNK: usize = 1;
+
+/// Top-level columns of a file up to which each column of a chunk is read
+/// as a task of its own: every task walks its row group's footer entries,
+/// so a wider file is read a chunk at a time.
+const COLUMN_TASKS: usize = 64;
 
 /// What verification of all staged files proved.
 #[derive(Debug, Default)]
@@ -205,13 +212,37 @@ impl ReadChunks for Here {
         plan: &Arc<Plan>,
     ) -> Result<Vec<(usize, Read)>> {
         let parallelism = std::thread::available_parallelism().map_or(2, |n| n.get());
-        futures::stream::iter(chunks)
-            .map(|chunk| {
+        // Without rules or partitions, which need whole rows, each column
+        // of a chunk is a task of its own: one large row group spreads over
+        // the cores, and no core waits long on another's last chunk.
+        let by_column = plan.checks.is_empty() && plan.splitter.is_none();
+        let parts: Vec<(usize, Columns)> = chunks
+            .iter()
+            .enumerate()
+            .flat_map(|(index, chunk)| {
+                let roots = footers[chunk.file].1.schema().fields().len();
+                if by_column && (2..=COLUMN_TASKS).contains(&roots) {
+                    (0..roots).map(|root| (index, Columns::One(root))).collect()
+                } else {
+                    vec![(index, Columns::All)]
+                }
+            })
+            .collect();
+        let reads: Vec<(usize, Read)> = futures::stream::iter(parts)
+            .map(|(index, columns)| {
                 let (io, plan) = (io.clone(), Arc::clone(plan));
-                let index = chunk.file;
-                let path = files[index].file_path().to_string();
-                let footer = footers[index].1.clone();
-                let read = read_chunk(io, path, footer, chunk.groups, chunk.first_row, plan);
+                let chunk = &chunks[index];
+                let path = files[chunk.file].file_path().to_string();
+                let footer = footers[chunk.file].1.clone();
+                let read = read_chunk(
+                    io,
+                    path,
+                    footer,
+                    chunk.groups.clone(),
+                    chunk.first_row,
+                    columns,
+                    plan,
+                );
                 async move {
                     tokio::spawn(read)
                         .await
@@ -219,10 +250,23 @@ impl ReadChunks for Here {
                         .map(|read| (index, read))
                 }
             })
-            // Twice the cores: a chunk waiting on a read leaves its core to another.
+            // Twice the cores: a task waiting on a read leaves its core to another.
             .buffer_unordered(parallelism * 2)
             .try_collect()
-            .await
+            .await?;
+        // The columns of each chunk, joined.
+        let mut joined: Vec<Option<Read>> = chunks.iter().map(|_| None).collect();
+        for (index, read) in reads {
+            match &mut joined[index] {
+                Some(whole) => whole.join(read, files[chunks[index].file].file_path())?,
+                empty => *empty = Some(read),
+            }
+        }
+        Ok(joined
+            .into_iter()
+            .zip(&chunks)
+            .filter_map(|(read, chunk)| read.map(|read| (chunk.file, read)))
+            .collect())
     }
 }
 
