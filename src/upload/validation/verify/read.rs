@@ -173,6 +173,17 @@ pub(crate) enum Columns {
     One(usize),
 }
 
+impl Columns {
+    /// Whether a read of these columns decodes the target column that the
+    /// file's top-level column `holder` holds.
+    fn decode(self, holder: Option<usize>) -> bool {
+        match self {
+            Columns::All => true,
+            Columns::One(root) => holder == Some(root),
+        }
+    }
+}
+
 /// The columns of `batch` (decoded from `columns` of a file whose
 /// top-level columns hold the target's as `holders` says) for each of the
 /// target's columns: `None` for those another read decodes.
@@ -194,10 +205,9 @@ fn target_columns(
                 "staged file {path} has no column with field id {staged} ('{}')",
                 field.name()
             ))),
-            (Columns::One(one), Some(index)) if one == *index => {
-                Ok(Some(Arc::clone(batch.column(0))))
+            (Columns::One(_), _) => {
+                Ok(columns.decode(*holder).then(|| Arc::clone(batch.column(0))))
             }
-            (Columns::One(_), _) => Ok(None),
         })
         .collect()
 }
@@ -257,15 +267,13 @@ pub(crate) async fn read_chunk(
     };
     // The leaves decoded: all, or those under the one top-level column.
     let descriptor = footer.metadata().file_metadata().schema_descr_ptr();
-    let (mask, leaves): (ProjectionMask, Vec<bool>) = match columns {
-        Columns::All => (ProjectionMask::all(), vec![true; descriptor.num_columns()]),
-        Columns::One(root) => (
-            ProjectionMask::roots(&descriptor, [root]),
-            (0..descriptor.num_columns())
-                .map(|leaf| descriptor.get_column_root_idx(leaf) == root)
-                .collect(),
-        ),
+    let mask = match columns {
+        Columns::All => ProjectionMask::all(),
+        Columns::One(root) => ProjectionMask::roots(&descriptor, [root]),
     };
+    let leaves: Vec<bool> = (0..descriptor.num_columns())
+        .map(|leaf| mask.leaf_included(leaf))
+        .collect();
     // Only the chunks of the groups read: a footer of many row groups
     // costs each read its own groups, not all of them.
     let row_groups = footer.metadata().row_groups();
@@ -276,11 +284,7 @@ pub(crate) async fn read_chunk(
     let holders = holders(footer.schema(), &plan);
     let mut read = Read::default();
     for (field, holder) in plan.target.as_struct().fields().iter().zip(&holders) {
-        let decoded = match columns {
-            Columns::All => true,
-            Columns::One(root) => *holder == Some(root),
-        };
-        if decoded {
+        if columns.decode(*holder) {
             read.columns.insert(field.id, ColumnMetrics::new());
         }
     }
