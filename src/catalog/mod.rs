@@ -8,8 +8,9 @@
 //! ([`pointer`]), tables kept once loaded ([`cache`]), the decorator that
 //! re-checks a condition at every load ([`scoped`]), which table a folder
 //! belongs to ([`claims`]), path confinement and the one deletion gate
-//! ([`confine`]), object copies ([`copy`]) and the leaf helpers for
-//! snapshots ([`snapshot`]). Beside them, each in its own folder:
+//! ([`confine`]), object copies ([`copy`]), the storage layer under every
+//! table's files ([`storage`]) and the leaf helpers for snapshots
+//! ([`snapshot`]). Beside them, each in its own folder:
 //!
 //! - [`commit`]: the exactly-once commit protocol (appends, claims of a
 //!   client's commit, group commits, replacing files, audit branches);
@@ -36,6 +37,7 @@ pub(crate) mod rest_backend;
 pub(crate) mod scoped;
 pub(crate) mod snapshot;
 pub(crate) mod specs;
+pub(crate) mod storage;
 pub(crate) mod views;
 
 /// Namespace of staging tables.
@@ -66,7 +68,6 @@ use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent
 use iceberg_catalog_rest::RestCatalogBuilder;
 use iceberg_catalog_s3tables::S3TablesCatalogBuilder;
 use iceberg_catalog_sql::SqlCatalogBuilder;
-use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
 use crate::aws::AwsSettings;
 use crate::config::{
@@ -189,15 +190,12 @@ impl IcebergCatalog {
             _ => "DollarNumeric",
         };
         props.insert("sql_bind_style".to_string(), bind_style.to_string());
-        let io = iceberg::io::FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
+        let io = iceberg::io::FileIOBuilder::new(Arc::new(storage::StoragesFactory))
             .with_props(props.clone())
             .build();
-        if confine::local(&warehouse).is_some() {
-            warm_storage(&io, &warehouse);
-        }
         let database = database::Database::open(&config.name, &uri, &settings).await?;
         let catalog = SqlCatalogBuilder::default()
-            .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
+            .with_storage_factory(Arc::new(storage::StoragesFactory))
             .load(&config.name, props)
             .await
             .map_err(|e| {
@@ -364,7 +362,7 @@ impl IcebergCatalog {
             .collect();
         props.extend(aws.file_io_properties());
         let catalog = RestCatalogBuilder::default()
-            .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
+            .with_storage_factory(Arc::new(storage::StoragesFactory))
             .load(&config.name, props)
             .await
             .map_err(|e| {
@@ -965,20 +963,6 @@ pub(crate) async fn test_table(dir: &std::path::Path) -> (IcebergCatalog, Table)
 /// Whether a SQL catalog's `warehouse` is on S3 (else a local folder).
 fn on_s3(warehouse: &str) -> bool {
     warehouse.starts_with("s3://") || warehouse.starts_with("s3a://")
-}
-
-/// Starts the storage layer of a local warehouse on a worker while the
-/// catalog's database opens. The first storage operation of a process
-/// builds opendal's shared HTTP client, a local folder's operator too, and
-/// that reads the system's CA certificates (about 6 ms on the development
-/// machine): on the path of a one-statement process's first read unless it
-/// happens here, beside the database's own start. A stat of the warehouse
-/// folder, whose answer is not needed.
-fn warm_storage(io: &iceberg::io::FileIO, warehouse: &str) {
-    let (io, warehouse) = (io.clone(), warehouse.to_string());
-    tokio::spawn(async move {
-        let _ = io.exists(&warehouse).await;
-    });
 }
 
 #[cfg(test)]

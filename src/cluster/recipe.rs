@@ -37,7 +37,6 @@ use iceberg::scan::FileScanTask;
 use iceberg::table::{StaticTable, Table};
 use iceberg::{NamespaceIdent, TableIdent};
 use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
-use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -299,7 +298,7 @@ pub(crate) fn without_long_lived_keys<C: FromIterator<(String, String)>>(
 
 /// A file IO from the properties a recipe or job carries.
 pub(crate) fn file_io(properties: &HashMap<String, String>) -> iceberg::io::FileIO {
-    FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
+    FileIOBuilder::new(Arc::new(crate::catalog::storage::StoragesFactory))
         .with_props(properties.clone())
         .build()
 }

@@ -47,16 +47,19 @@ fn mask(text: &str) -> String {
     })
 }
 
+/// The README's first command's script, its results as CSV.
+const UPLOAD_FLOW_AS_CSV: [&str; 5] = [
+    "-q",
+    "--format",
+    "csv",
+    "-f",
+    "sql/examples/upload_flow.sql",
+];
+
 #[test]
 fn the_upload_flow_example_prints_the_promoted_rows() {
     let warehouse = Warehouse::new();
-    let output = run(icestage(&warehouse).args([
-        "-q",
-        "--format",
-        "csv",
-        "-f",
-        "sql/examples/upload_flow.sql",
-    ]));
+    let output = run(icestage(&warehouse).args(UPLOAD_FLOW_AS_CSV));
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(
         mask(&stdout(&output)),
@@ -85,6 +88,59 @@ upload_id,state,target_table,rows,files
         "SELECT count(*) AS n FROM payments.transactions",
     ]));
     assert_eq!(stdout(&count), "n\n6\n");
+}
+
+/// A local warehouse needs no HTTP client, so a system without any CA
+/// certificate (a minimal container image) runs the whole flow; object
+/// stores' clients are built only when one is used.
+#[test]
+fn a_local_warehouse_runs_on_a_system_without_ca_certificates() {
+    let warehouse = Warehouse::new();
+    let certs = tempfile::tempdir().unwrap();
+    let empty = certs.path().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let output = run(icestage(&warehouse)
+        .env("SSL_CERT_FILE", &empty)
+        .env("SSL_CERT_DIR", certs.path())
+        .args(UPLOAD_FLOW_AS_CSV));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        mask(&stdout(&output)).contains("<id>,promoted,payments.transactions,3,2"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+
+    // An object store needs them: its first use says so, and nothing panics.
+    let config = certs.path().join("s3.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[catalogs]]\nname = \"lake\"\ntype = \"sql\"\n\n[catalogs.config]\n\
+             uri = \"sqlite:{}/catalog.db?mode=rwc\"\n\
+             warehouse = \"s3://bucket/warehouse\"\n\
+             \"s3.endpoint\" = \"http://127.0.0.1:9\"\n\
+             \"s3.region\" = \"us-east-1\"\n",
+            warehouse.path().display()
+        ),
+    )
+    .unwrap();
+    let refused = run(Command::new(env!("CARGO_BIN_EXE_icestage"))
+        .env("SSL_CERT_FILE", &empty)
+        .env("SSL_CERT_DIR", certs.path())
+        .env("AWS_ACCESS_KEY_ID", "key")
+        .env("AWS_SECRET_ACCESS_KEY", "secret")
+        .arg("--catalog-config")
+        .arg(&config)
+        .args(["-q", "-c", "CREATE SCHEMA s; CREATE TABLE s.t (a INT)"]));
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("needs the system's CA certificates and none was found")
+            && stderr(&refused).contains("SSL_CERT_FILE")
+            && !stderr(&refused).contains("panicked"),
+        "{}",
+        stderr(&refused)
+    );
 }
 
 #[test]

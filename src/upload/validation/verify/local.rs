@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -20,6 +20,8 @@ use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::{ParquetError, Result as ParquetResult};
 use parquet::file::metadata::ParquetMetaData;
+
+use crate::catalog::storage::read_at;
 
 /// A staged file of the local file system, open for reading.
 pub(crate) struct LocalFile {
@@ -60,20 +62,7 @@ impl LocalFile {
 fn read_ranges(file: &File, size: u64, ranges: &[Range<u64>]) -> ParquetResult<Vec<Bytes>> {
     ranges
         .iter()
-        .map(|range| {
-            if range.start > range.end || range.end > size {
-                return Err(ParquetError::General(format!(
-                    "a read of bytes {}..{} lies outside the file's {size} bytes",
-                    range.start, range.end
-                )));
-            }
-            let length = usize::try_from(range.end - range.start)
-                .map_err(|e| ParquetError::External(Box::new(e)))?;
-            let mut buffer = vec![0u8; length];
-            file.read_exact_at(&mut buffer, range.start)
-                .map_err(|e| ParquetError::External(Box::new(e)))?;
-            Ok(Bytes::from(buffer))
-        })
+        .map(|range| read_at(file, size, range).map_err(|e| ParquetError::External(Box::new(e))))
         .collect()
 }
 
