@@ -68,13 +68,17 @@ pub(crate) fn is_under(path: &str, location: &str) -> bool {
     }
 }
 
-/// The local file system path of `path` (`file://` or absolute), `None`
-/// for an object store's.
+/// The local file system path of `path` (`file:///a`, `file:/a` or
+/// absolute), `None` for an object store's.
 pub(crate) fn local(path: &str) -> Option<&str> {
     match path.split_once("://") {
         Some(("file", rest)) => Some(rest),
         Some(_) => None,
-        None => Some(path),
+        None => Some(
+            path.strip_prefix("file:")
+                .filter(|rest| rest.starts_with('/'))
+                .unwrap_or(path),
+        ),
     }
 }
 

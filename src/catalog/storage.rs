@@ -35,6 +35,8 @@ use iceberg::{Error, ErrorKind, Result};
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use serde::{Deserialize, Serialize};
 
+use super::confine;
+
 /// Builds [`Storages`]: what every catalog and cluster executor gives its
 /// tables' `FileIO`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -164,19 +166,12 @@ fn certificates() -> Result<()> {
         .map_err(|reason| Error::new(ErrorKind::Unexpected, reason))
 }
 
-/// The local file system path `path` names: a `file:` URL (`file:///a`,
-/// `file:/a`) or an absolute path; `None` for any other storage's.
+/// The local file system path `path` names ([`confine::local`]), when it
+/// is absolute; `None` for any other storage's.
 pub(crate) fn local_path(path: &str) -> Option<PathBuf> {
-    let rest = match path.strip_prefix("file:") {
-        Some(rest) => rest,
-        None if path.starts_with('/') => path,
-        None => return None,
-    };
-    if !rest.starts_with('/') {
-        return None;
-    }
-    // `file:///a` and `file:/a` are both `/a`.
-    Some(PathBuf::from(format!("/{}", rest.trim_start_matches('/'))))
+    let local = confine::local(path).filter(|p| p.starts_with('/'))?;
+    // `file:///a` and `file:////a` are both `/a`.
+    Some(PathBuf::from(format!("/{}", local.trim_start_matches('/'))))
 }
 
 /// The files of local folders.

@@ -21,7 +21,7 @@ use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::{ParquetError, Result as ParquetResult};
 use parquet::file::metadata::ParquetMetaData;
 
-use crate::catalog::storage::read_at;
+use crate::catalog::storage::{local_path, read_at};
 
 /// A staged file of the local file system, open for reading.
 pub(crate) struct LocalFile {
@@ -35,7 +35,7 @@ impl LocalFile {
     /// system (an absolute path, or a `file:` URL); `None` for any other
     /// storage.
     pub(crate) fn open(path: &str) -> Option<std::io::Result<Self>> {
-        let local = crate::catalog::confine::local(path).filter(|p| p.starts_with('/'))?;
+        let local = local_path(path)?;
         // Never through a link: confinement refused the staged files that
         // are links, and one made since is refused here.
         let opened = std::fs::OpenOptions::new()
