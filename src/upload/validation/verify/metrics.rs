@@ -215,19 +215,36 @@ fn string_bounds<O: datafusion::arrow::array::OffsetSizeTrait>(
     ))
 }
 
+/// Views a block of [`block_bounds`] holds.
+const BLOCK: usize = 1_024;
+
 /// [`string_bounds`] for string views, in one pass. A string of at most
 /// 12 bytes lies in its view: its bytes read as a big-endian number, then
 /// its length, order as the strings do, so such values are compared as
 /// integers (without a branch: the least and greatest key are kept, and
-/// the string is read back from the key); longer ones as strings.
+/// the string is read back from the key); longer ones as strings. Without
+/// NULLs, blocks of inline strings take a loop of their own until one
+/// holds a longer string.
 fn string_view_bounds(
     array: &datafusion::arrow::array::StringViewArray,
 ) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
-    let nulls = array.nulls();
+    let nulls = array.nulls().filter(|n| n.null_count() > 0);
+    let views = array.views();
     // No inline key is u128::MAX (its low 32 bits are a length of at most 12).
     let (mut low, mut high) = (u128::MAX, 0u128);
+    let mut start = 0;
+    if nulls.is_none() {
+        for block in views.chunks(BLOCK) {
+            let Some((least, greatest)) = block_bounds(block) else {
+                break;
+            };
+            low = low.min(least);
+            high = high.max(greatest);
+            start += block.len();
+        }
+    }
     let mut long: Option<(&str, &str)> = None;
-    for (row, view) in array.views().iter().enumerate() {
+    for (row, view) in views.iter().enumerate().skip(start) {
         if nulls.is_some_and(|n| n.is_null(row)) {
             continue;
         }
@@ -273,6 +290,24 @@ fn string_view_bounds(
         (None, Some((c, d))) => Some((Cow::Borrowed(c), Cow::Borrowed(d))),
         (None, None) => None,
     }
+}
+
+/// The least and greatest [`inline_key`] of `views`, or `None` when one
+/// of them is longer than 12 bytes. A loop of its own, so that both bounds
+/// stay in registers: inside [`string_view_bounds`]'s loop they were kept
+/// on the stack, and every view waited on a store and a load.
+#[inline(never)]
+fn block_bounds(views: &[u128]) -> Option<(u128, u128)> {
+    let (mut low, mut high) = (u128::MAX, 0u128);
+    let mut long = false;
+    for view in views {
+        let length = *view as u32;
+        long |= length > 12;
+        let key = inline_key(*view, length.min(12));
+        low = low.min(key);
+        high = high.max(key);
+    }
+    (!long).then_some((low, high))
 }
 
 /// Per length of at most 12, the bits of a swapped view that hold the
@@ -383,11 +418,32 @@ mod tests {
                     .collect(),
             );
         }
-        let cases = cases.into_iter().chain(
-            random
-                .chunks(50)
-                .map(|c| c.iter().map(|s| Some(s.as_str())).collect()),
-        );
+        // And whole blocks: inline strings only (over two blocks), then
+        // inline blocks before one holding a longer string, and with NULLs.
+        let inline: Vec<Option<&str>> = random
+            .iter()
+            .filter(|s| s.len() <= 12)
+            .map(|s| Some(s.as_str()))
+            .collect();
+        assert!(inline.len() > BLOCK);
+        let mut mixed = inline.clone();
+        mixed.extend(random.iter().map(|s| Some(s.as_str())));
+        let mut nulls = inline.clone();
+        nulls.push(None);
+        // Each bound in one block only: the first, then the last.
+        let mut first = vec![Some("m"); 3 * BLOCK];
+        first[0] = Some("a");
+        first[1] = Some("z");
+        let mut last = first.clone();
+        last.reverse();
+        let cases = cases
+            .into_iter()
+            .chain(
+                random
+                    .chunks(50)
+                    .map(|c| c.iter().map(|s| Some(s.as_str())).collect()),
+            )
+            .chain([inline, mixed, nulls, first, last]);
         for case in cases {
             let array = StringViewArray::from(case.clone());
             let expected = compute::min_string_view(&array).zip(compute::max_string_view(&array));
