@@ -222,47 +222,44 @@ const BLOCK: usize = 1_024;
 /// 12 bytes lies in its view: its bytes read as a big-endian number, then
 /// its length, order as the strings do, so such values are compared as
 /// integers (without a branch: the least and greatest key are kept, and
-/// the string is read back from the key); longer ones as strings. Without
-/// NULLs, blocks of inline strings take a loop of their own until one
-/// holds a longer string.
+/// the string is read back from the key); longer ones as strings. A block
+/// of inline strings without NULLs takes a loop of its own.
 fn string_view_bounds(
     array: &datafusion::arrow::array::StringViewArray,
 ) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
     let nulls = array.nulls().filter(|n| n.null_count() > 0);
-    let views = array.views();
     // No inline key is u128::MAX (its low 32 bits are a length of at most 12).
     let (mut low, mut high) = (u128::MAX, 0u128);
-    let mut start = 0;
-    if nulls.is_none() {
-        for block in views.chunks(BLOCK) {
-            let Some((least, greatest)) = block_bounds(block) else {
-                break;
-            };
+    let mut long: Option<(&str, &str)> = None;
+    for (index, block) in array.views().chunks(BLOCK).enumerate() {
+        if nulls.is_none()
+            && let Some((least, greatest)) = block_bounds(block)
+        {
             low = low.min(least);
             high = high.max(greatest);
-            start += block.len();
-        }
-    }
-    let mut long: Option<(&str, &str)> = None;
-    for (row, view) in views.iter().enumerate().skip(start) {
-        if nulls.is_some_and(|n| n.is_null(row)) {
             continue;
         }
-        let length = *view as u32;
-        if length <= 12 {
-            let key = inline_key(*view, length);
-            low = low.min(key);
-            high = high.max(key);
-        } else {
-            let value = array.value(row);
-            match &mut long {
-                None => long = Some((value, value)),
-                Some((least, greatest)) => {
-                    if value < *least {
-                        *least = value;
-                    }
-                    if value > *greatest {
-                        *greatest = value;
+        for (offset, view) in block.iter().enumerate() {
+            let row = index * BLOCK + offset;
+            if nulls.is_some_and(|n| n.is_null(row)) {
+                continue;
+            }
+            let length = *view as u32;
+            if length <= 12 {
+                let key = inline_key(*view, length);
+                low = low.min(key);
+                high = high.max(key);
+            } else {
+                let value = array.value(row);
+                match &mut long {
+                    None => long = Some((value, value)),
+                    Some((least, greatest)) => {
+                        if value < *least {
+                            *least = value;
+                        }
+                        if value > *greatest {
+                            *greatest = value;
+                        }
                     }
                 }
             }

@@ -290,20 +290,14 @@ const VALUE_COST: u64 = 6;
 /// [`VALUE_COST`] per value.
 fn decode_cost(chunk: &Chunk, footer: &ArrowReaderMetadata, columns: Columns) -> u64 {
     let metadata = footer.metadata();
-    let descriptor = metadata.file_metadata().schema_descr();
-    let read = |leaf: usize| match columns {
-        Columns::All => true,
-        Columns::One(root) => {
-            leaf < descriptor.num_columns() && descriptor.get_column_root_idx(leaf) == root
-        }
-    };
+    let leaves = columns.leaves(metadata.file_metadata().schema_descr());
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
     chunk
         .groups
         .iter()
         .filter_map(|g| metadata.row_groups().get(*g))
         .flat_map(|group| group.columns().iter().enumerate())
-        .filter(|(leaf, _)| read(*leaf))
+        .filter(|(leaf, _)| leaves.get(*leaf) == Some(&true))
         .map(|(_, column)| {
             count(column.uncompressed_size())
                 .saturating_add(count(column.num_values()).saturating_mul(VALUE_COST))

@@ -17,6 +17,7 @@ use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::arrow::{
     ParquetRecordBatchStreamBuilder, ProjectionMask, parquet_to_arrow_field_levels,
 };
+use parquet::schema::types::SchemaDescriptor;
 
 use super::footer::unreadable;
 use super::local::LocalFile;
@@ -174,6 +175,18 @@ pub(crate) enum Columns {
 }
 
 impl Columns {
+    /// Which of a file's leaf columns (by index, as `descriptor` numbers
+    /// them) a read of these columns decodes: every one, or those under the
+    /// one top-level column (none, for a column the file does not have).
+    pub(super) fn leaves(self, descriptor: &SchemaDescriptor) -> Vec<bool> {
+        (0..descriptor.num_columns())
+            .map(|leaf| match self {
+                Columns::All => true,
+                Columns::One(root) => descriptor.get_column_root_idx(leaf) == root,
+            })
+            .collect()
+    }
+
     /// Whether a read of these columns decodes the target column that the
     /// file's top-level column `holder` holds.
     fn decode(self, holder: Option<usize>) -> bool {
@@ -265,15 +278,9 @@ pub(crate) async fn read_chunk(
             )
         }
     };
-    // The leaves decoded: all, or those under the one top-level column.
     let descriptor = footer.metadata().file_metadata().schema_descr_ptr();
-    let mask = match columns {
-        Columns::All => ProjectionMask::all(),
-        Columns::One(root) => ProjectionMask::roots(&descriptor, [root]),
-    };
-    let leaves: Vec<bool> = (0..descriptor.num_columns())
-        .map(|leaf| mask.leaf_included(leaf))
-        .collect();
+    let leaves = columns.leaves(&descriptor);
+    let mask = ProjectionMask::leaves(&descriptor, (0..leaves.len()).filter(|leaf| leaves[*leaf]));
     // Only the chunks of the groups read: a footer of many row groups
     // costs each read its own groups, not all of them.
     let row_groups = footer.metadata().row_groups();
