@@ -2,12 +2,18 @@
 reference flow of the design (PyIceberg: read the staging table into memory,
 validate, append it to the target, purge the staging table).
 
-Both flows promote the same rows, written into their staging tables by
-PyIceberg, on the same embedded SQLite catalog, in the same run; each
-promotion runs in its own process so its wall time and peak RSS
-(getrusage of the child) are its own.
+Both flows promote the same rows, written into their staging tables on
+the same embedded SQLite catalog, in the same run; each promotion runs in
+its own process so its wall time and peak RSS (getrusage of the child) are
+its own. The rows are staged two ways (`--staged-by`, both by default):
 
-    .venv/bin/python benches/compare_promote.py --icestage target/release/icestage [--rows 1000000 5000000 10000000]
+* `pyiceberg`: PyIceberg appends them a million at a time, one file per
+  million rows (10 files for 10M);
+* `insert`: icestage's `INSERT INTO <staging table> SELECT ... FROM
+  range(N)` writes them, one file per core (2 files of several row groups
+  on 2 cores).
+
+    .venv/bin/python benches/compare_promote.py --icestage target/release/icestage [--rows 1000000 5000000 10000000] [--staged-by pyiceberg insert]
 
 scripts/bench-promote.sh builds icestage and runs this with the defaults.
 """
@@ -128,7 +134,18 @@ def fill(table, rows):
         table.append(chunk)
 
 
-def one_size(binary, rows, repeat):
+def insert(binary, warehouse, table, rows):
+    """The rows of `chunks`, written by icestage's INSERT ... SELECT."""
+    start = int(datetime(2026, 7, 1, tzinfo=UTC).timestamp()) * 1_000_000
+    icestage(binary, warehouse,
+             f"INSERT INTO {table} SELECT concat('txn_', value), concat('acct_', value % 1024), value, "
+             f"'usd', to_timestamp_micros({start} + value * 1000000) AT TIME ZONE 'UTC' FROM range({rows})")
+
+
+STAGED_BY = ("pyiceberg", "insert")
+
+
+def one_size(binary, rows, repeat, staged_by):
     with tempfile.TemporaryDirectory() as warehouse:
         icestage(binary, warehouse, "CREATE SCHEMA payments")
         icestage(binary, warehouse, f"CREATE TABLE payments.transactions {TARGET_COLUMNS}")
@@ -137,14 +154,16 @@ def one_size(binary, rows, repeat):
         upload = icestage(binary, warehouse, "CREATE UPLOAD FOR payments.transactions")[0]
         props = upload["connection"]
         catalog = load_catalog(dict(props)["name"], **{k: v for k, v in props.items() if k != "name"})
-        staging = catalog.load_table(upload["staging_table"])
-        fill(staging, rows)
-        staged_bytes = sum(staging.refresh().inspect.files().column("file_size_in_bytes").to_pylist())
-
         catalog.create_namespace_if_not_exists("staging_ref")
         reference_staging = "staging_ref.upload_" + upload["upload_id"]
         catalog.create_table(reference_staging, schema=catalog.load_table("payments.transactions_ref").schema())
-        fill(catalog.load_table(reference_staging), rows)
+        for table in (upload["staging_table"], reference_staging):
+            if staged_by == "insert":
+                insert(binary, warehouse, table, rows)
+            else:
+                fill(catalog.load_table(table), rows)
+        staged = catalog.load_table(upload["staging_table"]).inspect.files()
+        staged_bytes = sum(staged.column("file_size_in_bytes").to_pylist())
 
         # Each promotion runs `repeat` times on the same staged files: the
         # warehouse is put back as it was before each run, and written to
@@ -180,6 +199,7 @@ def one_size(binary, rows, repeat):
 
         return {
             "rows": rows,
+            "staged_by": staged_by,
             "files": result["files"],
             "path": result["path"],
             "icestage_s": ours[0],
@@ -194,16 +214,18 @@ def one_size(binary, rows, repeat):
 def main():
     parser = options(__doc__, 3, "promotions of each side per size; the median is shown")
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 5_000_000, 10_000_000])
+    parser.add_argument("--staged-by", nargs="+", choices=STAGED_BY, default=list(STAGED_BY),
+                        help="who writes the staged files (see the module documentation)")
     args = parser.parse_args()
     load = os.getloadavg()
     print(f"# machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start")
-    header = (f"{'rows':>10} {'files':>5} {'path':>9} | {'icestage s':>10} {'reference s':>11} {'speed-up':>8} | "
+    header = (f"{'staged by':>9} {'rows':>10} {'files':>5} {'path':>9} | {'icestage s':>10} {'reference s':>11} {'speed-up':>8} | "
               f"{'icestage MiB':>12} {'reference MiB':>13} {'RSS ratio':>9}")
     print(header)
     print("-" * len(header))
-    for rows in args.rows:
-        r = one_size(args.icestage, rows, args.repeat)
-        print(f"{r['rows']:>10} {r['files']:>5} {r['path']:>9} | {r['icestage_s']:>10.3f} {r['reference_s']:>11.3f} "
+    for staged_by, rows in ((s, n) for s in args.staged_by for n in args.rows):
+        r = one_size(args.icestage, rows, args.repeat, staged_by)
+        print(f"{r['staged_by']:>9} {r['rows']:>10} {r['files']:>5} {r['path']:>9} | {r['icestage_s']:>10.3f} {r['reference_s']:>11.3f} "
               f"{r['reference_s'] / r['icestage_s']:>7.1f}x | {r['icestage_rss_mb']:>12.1f} "
               f"{r['reference_rss_mb']:>13.1f} {r['reference_rss_mb'] / r['icestage_rss_mb']:>8.1f}x", flush=True)
         low, high, ref_low, ref_high = r["spread"]
@@ -211,9 +233,9 @@ def main():
         # byte, the commit) against the staged bytes: a floor on the
         # verification rate itself.
         per_core = r["staged_bytes"] / r["icestage_s"] / os.cpu_count() / 1e6
-        print(f"{'':>27}   staged: {r['staged_bytes'] / 1e6:.1f} MB of zstd Parquet, verified and promoted at "
+        print(f"{'':>37}   staged: {r['staged_bytes'] / 1e6:.1f} MB of zstd Parquet, verified and promoted at "
               f"{per_core:.0f} MB/s per core ({os.cpu_count()} cores)", flush=True)
-        print(f"{'':>27}   runs: icestage {low:.3f}-{high:.3f} s, reference {ref_low:.3f}-{ref_high:.3f} s "
+        print(f"{'':>37}   runs: icestage {low:.3f}-{high:.3f} s, reference {ref_low:.3f}-{ref_high:.3f} s "
               f"(median shown; peak RSS the largest)", flush=True)
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Promotion against the reference PyIceberg flow at 1M, 5M and 10M rows
+# Promotion against the reference PyIceberg flow at 1M, 5M and 10M rows,
+# staged by PyIceberg (a file per million rows) and by INSERT ... SELECT
 # (benches/compare_promote.py): builds icestage with the profile named by
 # PROFILE (default: release, what ships; `PROFILE=quick` measures the
 # development profile), prepares .venv, prints time and peak RSS of both
