@@ -39,6 +39,11 @@ TARGET_COLUMNS = (
     "created_at TIMESTAMP WITH TIME ZONE NOT NULL)"
 )
 CHUNK = 1_000_000
+# The rows both ways of staging write (`chunks`, `insert`): row i is
+# transaction txn_i of account acct_(i mod ACCOUNTS), i cents, created i
+# seconds after START.
+ACCOUNTS = 1024  # a power of two: `chunks` takes the remainder as a mask
+START = datetime(2026, 7, 1, tzinfo=UTC)
 
 # The reference implementation, as the design's source document writes it.
 REFERENCE = r"""
@@ -111,14 +116,14 @@ def measured(command):
 
 
 def chunks(schema, rows):
-    start = datetime(2026, 7, 1, tzinfo=UTC).timestamp()
+    start = START.timestamp()
     for offset in range(0, rows, CHUNK):
         n = min(CHUNK, rows - offset)
         ids = pa.array(range(offset, offset + n), pa.int64())
         yield pa.Table.from_arrays(
             [
                 pc.binary_join_element_wise("txn_", pc.cast(ids, pa.string()), ""),
-                pc.binary_join_element_wise("acct_", pc.cast(pc.bit_wise_and(ids, 1023), pa.string()), ""),
+                pc.binary_join_element_wise("acct_", pc.cast(pc.bit_wise_and(ids, ACCOUNTS - 1), pa.string()), ""),
                 ids,
                 pa.array(["usd"] * n, pa.string()),
                 pc.cast(pc.cast(pc.add(pc.multiply(ids, 1_000_000), int(start * 1e6)), pa.int64()),
@@ -136,9 +141,9 @@ def fill(table, rows):
 
 def insert(binary, warehouse, table, rows):
     """The rows of `chunks`, written by icestage's INSERT ... SELECT."""
-    start = int(datetime(2026, 7, 1, tzinfo=UTC).timestamp()) * 1_000_000
+    start = int(START.timestamp()) * 1_000_000
     icestage(binary, warehouse,
-             f"INSERT INTO {table} SELECT concat('txn_', value), concat('acct_', value % 1024), value, "
+             f"INSERT INTO {table} SELECT concat('txn_', value), concat('acct_', value % {ACCOUNTS}), value, "
              f"'usd', to_timestamp_micros({start} + value * 1000000) AT TIME ZONE 'UTC' FROM range({rows})")
 
 

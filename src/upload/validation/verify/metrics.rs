@@ -222,8 +222,10 @@ const BLOCK: usize = 1_024;
 /// 12 bytes lies in its view: its bytes read as a big-endian number, then
 /// its length, order as the strings do, so such values are compared as
 /// integers (without a branch: the least and greatest key are kept, and
-/// the string is read back from the key); longer ones as strings. A block
-/// of inline strings without NULLs takes a loop of its own.
+/// the string is read back from the key); longer ones as strings. Without
+/// NULLs, blocks go through a loop of their own until one holds a longer
+/// string; that block and the rest take the loop that handles both, so a
+/// column of long strings is not read twice.
 fn string_view_bounds(
     array: &datafusion::arrow::array::StringViewArray,
 ) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
@@ -231,13 +233,15 @@ fn string_view_bounds(
     // No inline key is u128::MAX (its low 32 bits are a length of at most 12).
     let (mut low, mut high) = (u128::MAX, 0u128);
     let mut long: Option<(&str, &str)> = None;
+    let mut inline_only = nulls.is_none();
     for (index, block) in array.views().chunks(BLOCK).enumerate() {
-        if nulls.is_none()
-            && let Some((least, greatest)) = block_bounds(block)
-        {
-            low = low.min(least);
-            high = high.max(greatest);
-            continue;
+        if inline_only {
+            if let Some((least, greatest)) = block_bounds(block) {
+                low = low.min(least);
+                high = high.max(greatest);
+                continue;
+            }
+            inline_only = false;
         }
         for (offset, view) in block.iter().enumerate() {
             let row = index * BLOCK + offset;
