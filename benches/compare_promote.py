@@ -44,6 +44,7 @@ CHUNK = 1_000_000
 # seconds after START.
 ACCOUNTS = 1024  # a power of two: `chunks` takes the remainder as a mask
 START = datetime(2026, 7, 1, tzinfo=UTC)
+START_MICROS = int(START.timestamp()) * 1_000_000
 
 # The reference implementation, as the design's source document writes it.
 REFERENCE = r"""
@@ -116,7 +117,6 @@ def measured(command):
 
 
 def chunks(schema, rows):
-    start = START.timestamp()
     for offset in range(0, rows, CHUNK):
         n = min(CHUNK, rows - offset)
         ids = pa.array(range(offset, offset + n), pa.int64())
@@ -126,7 +126,7 @@ def chunks(schema, rows):
                 pc.binary_join_element_wise("acct_", pc.cast(pc.bit_wise_and(ids, ACCOUNTS - 1), pa.string()), ""),
                 ids,
                 pa.array(["usd"] * n, pa.string()),
-                pc.cast(pc.cast(pc.add(pc.multiply(ids, 1_000_000), int(start * 1e6)), pa.int64()),
+                pc.cast(pc.cast(pc.add(pc.multiply(ids, 1_000_000), START_MICROS), pa.int64()),
                         pa.timestamp("us", tz="UTC")),
             ],
             schema=schema,
@@ -141,10 +141,9 @@ def fill(table, rows):
 
 def insert(binary, warehouse, table, rows):
     """The rows of `chunks`, written by icestage's INSERT ... SELECT."""
-    start = int(START.timestamp()) * 1_000_000
     icestage(binary, warehouse,
              f"INSERT INTO {table} SELECT concat('txn_', value), concat('acct_', value % {ACCOUNTS}), value, "
-             f"'usd', to_timestamp_micros({start} + value * 1000000) AT TIME ZONE 'UTC' FROM range({rows})")
+             f"'usd', to_timestamp_micros({START_MICROS} + value * 1000000) AT TIME ZONE 'UTC' FROM range({rows})")
 
 
 STAGED_BY = ("pyiceberg", "insert")

@@ -193,6 +193,18 @@ pub enum ErrorKind {
     Internal,
 }
 
+/// Runs `work` as a task of its own, so that the CPU work of several such
+/// tasks spreads over the runtime's threads; a task that panicked or was
+/// cancelled is an internal error naming it (`what`).
+pub(crate) async fn on_own_task<T: Send + 'static>(
+    what: &str,
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| Error::internal(format!("{what}: {e}")))?
+}
+
 impl Error {
     /// The kind of failure, for front ends that map errors to codes.
     pub fn kind(&self) -> ErrorKind {

@@ -32,7 +32,7 @@ use iceberg::spec::{
 use iceberg::table::Table;
 
 use crate::catalog::confine::read_confined;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, on_own_task};
 use crate::limits;
 
 /// Metadata files read (or, by a clean-up, deleted) at once: each read is
@@ -254,8 +254,8 @@ pub(crate) async fn load(table: &Table, file: &ManifestFile, location: &str) -> 
     parse_with_table(&bytes, path, table).map(|manifest| inherit(manifest, file))
 }
 
-/// Each of the manifests `files` of `table`, read with [`load`], in order,
-/// [`READS_AT_ONCE`] at a time: a table written in many appends has a
+/// Each of the manifests `files` of `table`, read with [`load`] (each on
+/// a task of its own: [`load_apart`]), in order, [`READS_AT_ONCE`] at a time: a table written in many appends has a
 /// manifest per append, and each read waits on storage. The first error
 /// in order is the answer.
 pub(crate) async fn load_each<'a>(
@@ -283,9 +283,10 @@ pub(crate) async fn load_each<'a>(
 /// one core of two).
 async fn load_apart(table: &Table, file: ManifestFile, location: &str) -> Result<Manifest> {
     let (table, location) = (table.clone(), location.to_string());
-    tokio::spawn(async move { load(&table, &file, &location).await })
-        .await
-        .map_err(|e| Error::internal(format!("a task reading a manifest: {e}")))?
+    on_own_task("a task reading a manifest", async move {
+        load(&table, &file, &location).await
+    })
+    .await
 }
 
 /// The data and delete files the manifests `files` of `table` list, each

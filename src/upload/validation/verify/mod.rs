@@ -52,7 +52,7 @@ use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use self::footer::footer_drift;
 use super::FINDINGS_PER_RULE;
 use super::findings::Finding;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, on_own_task};
 
 /// Row groups a chunk reads: small enough to spread a file over the cores.
 const ROW_GROUPS_PER_CHUNK: usize = 1;
@@ -253,9 +253,8 @@ impl ReadChunks for Here {
                     plan,
                 );
                 async move {
-                    tokio::spawn(read)
+                    on_own_task("a verification task", read)
                         .await
-                        .map_err(|e| Error::internal(format!("a verification task: {e}")))?
                         .map(|read| (index, read))
                 }
             })
